@@ -1,0 +1,262 @@
+"""Name and layout mapping between HF transformers state dicts and our params.
+
+Pure numpy: no torch import. A "state dict" here is ``{name: np.ndarray}`` with
+HF's parameter names (what ``safetensors`` files hold). HF ``nn.Linear``
+weights are ``[out, in]``; our kernels are ``[in, out]`` (T5, t5x layout) or
+Gemma einsum layouts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from specdec_jax.models.gemma import GLOBAL, LOCAL, GemmaConfig
+from specdec_jax.models.interface import flatten_params, unflatten_params
+from specdec_jax.models.t5 import T5Config
+
+StateDict = dict[str, np.ndarray]
+
+
+def _np(x) -> np.ndarray:
+  return np.asarray(x)
+
+
+def _get(sd: Mapping[str, Any], name: str) -> np.ndarray:
+  if name not in sd:
+    raise ValueError(f"HF checkpoint is missing tensor '{name}'")
+  return _np(sd[name])
+
+
+# ----------------------------------------------------------------------------
+# Configs
+# ----------------------------------------------------------------------------
+
+
+def t5_config_from_hf(hf: Mapping[str, Any], **overrides) -> T5Config:
+  """T5 v1.1 config from an HF ``config.json`` dict (or a T5Config.to_dict())."""
+  proj = hf.get("feed_forward_proj", "gated-gelu")
+  if proj != "gated-gelu":
+    raise ValueError(f"only T5 v1.1 (feed_forward_proj='gated-gelu') is "
+                     f"supported, the checkpoint has {proj!r}")
+  kw = dict(
+      vocab_size=hf["vocab_size"], d_model=hf["d_model"],
+      num_heads=hf["num_heads"], head_dim=hf["d_kv"],
+      num_encoder_layers=hf["num_layers"],
+      num_decoder_layers=hf.get("num_decoder_layers") or hf["num_layers"],
+      mlp_dim=hf["d_ff"],
+      relpos_buckets=hf.get("relative_attention_num_buckets", 32),
+      relpos_max_distance=hf.get("relative_attention_max_distance", 128),
+      layer_norm_eps=hf.get("layer_norm_epsilon", 1e-6),
+      pad_id=hf.get("pad_token_id", 0) or 0,
+      eos_id=hf.get("eos_token_id", 1) if isinstance(
+          hf.get("eos_token_id", 1), int) else 1,
+      decoder_start_id=hf.get("decoder_start_token_id", 0) or 0)
+  kw.update(overrides)
+  return T5Config(**kw)
+
+
+def t5_config_to_hf(cfg: T5Config) -> dict[str, Any]:
+  """HF ``T5Config`` keyword arguments for a T5 v1.1 model (untied head)."""
+  return dict(
+      vocab_size=cfg.vocab_size, d_model=cfg.d_model, d_kv=cfg.head_dim,
+      d_ff=cfg.mlp_dim, num_layers=cfg.num_encoder_layers,
+      num_decoder_layers=cfg.num_decoder_layers, num_heads=cfg.num_heads,
+      relative_attention_num_buckets=cfg.relpos_buckets,
+      relative_attention_max_distance=cfg.relpos_max_distance,
+      layer_norm_epsilon=cfg.layer_norm_eps, feed_forward_proj="gated-gelu",
+      tie_word_embeddings=False, pad_token_id=cfg.pad_id,
+      eos_token_id=cfg.eos_id, decoder_start_token_id=cfg.decoder_start_id,
+      dropout_rate=0.0)
+
+
+def gemma_config_from_hf(hf: Mapping[str, Any], **overrides) -> GemmaConfig:
+  """Gemma 1 / Gemma 2 config from an HF ``config.json`` dict."""
+  model_type = hf.get("model_type", "gemma")
+  if model_type not in ("gemma", "gemma2"):
+    raise ValueError(f"unsupported model_type {model_type!r}; expected "
+                     f"'gemma' or 'gemma2'")
+  n_layers = hf["num_hidden_layers"]
+  kw = dict(
+      vocab_size=hf["vocab_size"], d_model=hf["hidden_size"],
+      num_layers=n_layers, num_heads=hf["num_attention_heads"],
+      num_kv_heads=hf.get("num_key_value_heads", hf["num_attention_heads"]),
+      head_dim=hf.get("head_dim", 256), mlp_dim=hf["intermediate_size"],
+      norm_eps=hf.get("rms_norm_eps", 1e-6),
+      rope_base=float((hf.get("rope_parameters") or {}).get(
+          "rope_theta", hf.get("rope_theta", 10000.0))),
+      pad_id=hf.get("pad_token_id", 0) or 0,
+      eos_id=hf.get("eos_token_id", 1) if isinstance(
+          hf.get("eos_token_id", 1), int) else 1,
+      bos_id=hf.get("bos_token_id", 2) or 2)
+  if model_type == "gemma2":
+    types = hf.get("layer_types") or [
+        "sliding_attention" if (i + 1) % 2 else "full_attention"
+        for i in range(n_layers)]
+    kw.update(
+        attention_types=tuple(LOCAL if t == "sliding_attention" else GLOBAL
+                              for t in types),
+        sliding_window=hf.get("sliding_window", 4096),
+        query_pre_attn_scalar=float(hf.get("query_pre_attn_scalar", 256)),
+        attn_logit_softcap=hf.get("attn_logit_softcapping", 50.0),
+        final_logit_softcap=hf.get("final_logit_softcapping", 30.0),
+        use_post_attn_norm=True, use_post_ffw_norm=True)
+  kw.update(overrides)
+  return GemmaConfig(**kw)
+
+
+def gemma_config_to_hf(cfg: GemmaConfig) -> tuple[str, dict[str, Any]]:
+  """(model_type, HF config kwargs) for a Gemma config."""
+  gemma2 = cfg.use_post_ffw_norm
+  kw = dict(
+      vocab_size=cfg.vocab_size, hidden_size=cfg.d_model,
+      intermediate_size=cfg.mlp_dim, num_hidden_layers=cfg.num_layers,
+      num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_kv_heads,
+      head_dim=cfg.head_dim, rms_norm_eps=cfg.norm_eps,
+      hidden_act="gelu_pytorch_tanh", pad_token_id=cfg.pad_id,
+      eos_token_id=cfg.eos_id, bos_token_id=cfg.bos_id,
+      rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_base},
+      max_position_embeddings=8192)
+  if gemma2:
+    kw.update(
+        query_pre_attn_scalar=cfg.query_pre_attn_scalar,
+        sliding_window=cfg.sliding_window or 4096,
+        layer_types=["sliding_attention" if t == LOCAL else "full_attention"
+                     for t in cfg.attention_types],
+        attn_logit_softcapping=cfg.attn_logit_softcap,
+        final_logit_softcapping=cfg.final_logit_softcap)
+  return ("gemma2" if gemma2 else "gemma"), kw
+
+
+# ----------------------------------------------------------------------------
+# T5 weights
+# ----------------------------------------------------------------------------
+
+_T5_ATTN = {"query": "q", "key": "k", "value": "v", "out": "o"}
+
+
+def _t5_pairs(cfg: T5Config):
+  """Yields (our flat path, HF name, transpose?) for every T5 tensor."""
+  yield "token_embedder/embedding", "shared.weight", False
+  yield "decoder/logits_dense/kernel", "lm_head.weight", True
+  for stack, n_layers in (("encoder", cfg.num_encoder_layers),
+                          ("decoder", cfg.num_decoder_layers)):
+    yield (f"{stack}/relpos_bias/rel_embedding",
+           f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias"
+           ".weight", True)
+    norm = "encoder_norm" if stack == "encoder" else "decoder_norm"
+    yield f"{stack}/{norm}/scale", f"{stack}.final_layer_norm.weight", False
+    for i in range(n_layers):
+      ours, hf = f"{stack}/layers_{i}", f"{stack}.block.{i}.layer"
+      if stack == "encoder":
+        blocks = [("attention", "pre_attention_layer_norm", "SelfAttention",
+                   0)]
+        mlp_idx = 1
+      else:
+        blocks = [("self_attention", "pre_self_attention_layer_norm",
+                   "SelfAttention", 0),
+                  ("encoder_decoder_attention",
+                   "pre_cross_attention_layer_norm", "EncDecAttention", 1)]
+        mlp_idx = 2
+      for att, norm_name, hf_att, idx in blocks:
+        yield f"{ours}/{norm_name}/scale", f"{hf}.{idx}.layer_norm.weight", False
+        for k, h in _T5_ATTN.items():
+          yield (f"{ours}/{att}/{k}/kernel", f"{hf}.{idx}.{hf_att}.{h}.weight",
+                 True)
+      yield (f"{ours}/pre_mlp_layer_norm/scale",
+             f"{hf}.{mlp_idx}.layer_norm.weight", False)
+      for w in ("wi_0", "wi_1", "wo"):
+        yield (f"{ours}/mlp/{w}/kernel",
+               f"{hf}.{mlp_idx}.DenseReluDense.{w}.weight", True)
+
+
+def t5_params_from_hf(sd: Mapping[str, Any], cfg: T5Config) -> dict:
+  """HF T5ForConditionalGeneration state dict -> our nested params."""
+  flat = {}
+  for ours, hf, transpose in _t5_pairs(cfg):
+    w = _get(sd, hf)
+    flat[ours] = w.T if transpose else w
+  return unflatten_params(flat)
+
+
+def t5_params_to_hf(params: Mapping[str, Any], cfg: T5Config) -> StateDict:
+  """Our T5 params -> HF T5ForConditionalGeneration state dict (untied head)."""
+  flat = flatten_params(params)
+  sd: StateDict = {}
+  for ours, hf, transpose in _t5_pairs(cfg):
+    w = _np(flat[ours])
+    sd[hf] = np.ascontiguousarray(w.T if transpose else w)
+  sd["encoder.embed_tokens.weight"] = sd["shared.weight"]
+  sd["decoder.embed_tokens.weight"] = sd["shared.weight"]
+  return sd
+
+
+# ----------------------------------------------------------------------------
+# Gemma weights
+# ----------------------------------------------------------------------------
+
+
+def _gemma_norms(cfg: GemmaConfig):
+  """(our norm name, HF norm name) per layer, Gemma 1 vs Gemma 2."""
+  if cfg.use_post_ffw_norm:
+    return [("pre_attention_norm", "input_layernorm"),
+            ("post_attention_norm", "post_attention_layernorm"),
+            ("pre_ffw_norm", "pre_feedforward_layernorm"),
+            ("post_ffw_norm", "post_feedforward_layernorm")]
+  # Gemma 1 HF calls the pre-FFW norm "post_attention_layernorm".
+  return [("pre_attention_norm", "input_layernorm"),
+          ("pre_ffw_norm", "post_attention_layernorm")]
+
+
+def gemma_params_from_hf(sd: Mapping[str, Any], cfg: GemmaConfig) -> dict:
+  """HF Gemma/Gemma2ForCausalLM state dict -> our nested params."""
+  n, k, d, h = cfg.num_heads, cfg.num_kv_heads, cfg.d_model, cfg.head_dim
+  f = cfg.mlp_dim
+  flat = {"embedder/input_embedding": _get(sd, "model.embed_tokens.weight"),
+          "final_norm/scale": _get(sd, "model.norm.weight")}
+  for i in range(cfg.num_layers):
+    hf, ours = f"model.layers.{i}", f"layer_{i}"
+    attn = f"{hf}.self_attn"
+    flat[f"{ours}/attn/q/kernel"] = _get(sd, f"{attn}.q_proj.weight").T.reshape(
+        d, n, h)
+    kk = _get(sd, f"{attn}.k_proj.weight").T.reshape(d, k, h)
+    v = _get(sd, f"{attn}.v_proj.weight").T.reshape(d, k, h)
+    flat[f"{ours}/attn/kv/kernel"] = np.stack([kk, v], axis=1)  # [d, 2, K, H]
+    flat[f"{ours}/attn/out/kernel"] = _get(
+        sd, f"{attn}.o_proj.weight").T.reshape(n, h, d)
+    gate = _get(sd, f"{hf}.mlp.gate_proj.weight").T  # [d, F]
+    up = _get(sd, f"{hf}.mlp.up_proj.weight").T
+    flat[f"{ours}/mlp/gating/kernel"] = np.stack([gate, up], axis=1)
+    flat[f"{ours}/mlp/linear/kernel"] = _get(
+        sd, f"{hf}.mlp.down_proj.weight").T.reshape(f, d)
+    for our_norm, hf_norm in _gemma_norms(cfg):
+      flat[f"{ours}/{our_norm}/scale"] = _get(sd, f"{hf}.{hf_norm}.weight")
+  return unflatten_params(flat)
+
+
+def gemma_params_to_hf(params: Mapping[str, Any], cfg: GemmaConfig) -> StateDict:
+  """Our Gemma params -> HF Gemma/Gemma2ForCausalLM state dict."""
+  flat = {p: _np(v) for p, v in flatten_params(params).items()}
+  n, k, d, h = cfg.num_heads, cfg.num_kv_heads, cfg.d_model, cfg.head_dim
+  c = np.ascontiguousarray
+  sd: StateDict = {"model.embed_tokens.weight": flat["embedder/input_embedding"],
+                   "model.norm.weight": flat["final_norm/scale"]}
+  sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
+  for i in range(cfg.num_layers):
+    hf, ours = f"model.layers.{i}", f"layer_{i}"
+    attn = f"{hf}.self_attn"
+    sd[f"{attn}.q_proj.weight"] = c(
+        flat[f"{ours}/attn/q/kernel"].reshape(d, n * h).T)
+    kv = flat[f"{ours}/attn/kv/kernel"]  # [d, 2, K, H]
+    sd[f"{attn}.k_proj.weight"] = c(kv[:, 0].reshape(d, k * h).T)
+    sd[f"{attn}.v_proj.weight"] = c(kv[:, 1].reshape(d, k * h).T)
+    sd[f"{attn}.o_proj.weight"] = c(
+        flat[f"{ours}/attn/out/kernel"].reshape(n * h, d).T)
+    gating = flat[f"{ours}/mlp/gating/kernel"]  # [d, 2, F]
+    sd[f"{hf}.mlp.gate_proj.weight"] = c(gating[:, 0].T)
+    sd[f"{hf}.mlp.up_proj.weight"] = c(gating[:, 1].T)
+    sd[f"{hf}.mlp.down_proj.weight"] = c(flat[f"{ours}/mlp/linear/kernel"].T)
+    for our_norm, hf_norm in _gemma_norms(cfg):
+      sd[f"{hf}.{hf_norm}.weight"] = flat[f"{ours}/{our_norm}/scale"]
+  return sd
