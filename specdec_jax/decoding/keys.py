@@ -1,0 +1,62 @@
+"""Per-request randomness.
+
+Every random number a row uses is derived from (seed, request id, absolute
+output position, purpose) of that row alone, so a request produces the same
+tokens whatever batch it sits in, whatever padding surrounds it and however
+the batch is sharded. Purposes are separate streams:
+
+* DRAFT: the drafter's sample at an output position, and also the bonus token
+  at a position no draft was made for (so a drafter-only decode and a
+  speculative decode whose drafts are all accepted emit the same tokens);
+* ACCEPT: the uniform of the accept/reject test of the draft at a position;
+* RESIDUAL: the replacement drawn from the residual after a rejection.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+DRAFT = 0
+ACCEPT = 1
+RESIDUAL = 2
+
+
+def row_keys(seed: jax.Array, request_id: jax.Array, position: jax.Array,
+             purpose: int) -> jax.Array:
+  """Typed PRNG keys, one per row.
+
+  Args:
+    seed: [B] uint32 user seeds.
+    request_id: [B] int32 request ids.
+    position: [B] int32 absolute output positions (0 = first new token).
+    purpose: DRAFT, ACCEPT or RESIDUAL.
+
+  Returns:
+    [B] typed keys.
+  """
+
+  def one(s, r, o):
+    k = jax.random.fold_in(jax.random.key(s), r)
+    return jax.random.fold_in(jax.random.fold_in(k, o), purpose)
+
+  return jax.vmap(one)(seed.astype(jnp.uint32), request_id.astype(jnp.int32),
+                       position.astype(jnp.int32))
+
+
+def block_uniforms(seed, request_id, start, width: int) -> jax.Array:
+  """U[0, 1) acceptance uniforms for positions ``start + j``, j < width.
+
+  Args:
+    seed, request_id: [B].
+    start: [B] int32 first output position of the block.
+    width: static number of positions.
+
+  Returns:
+    [B, width] float32.
+  """
+  cols = []
+  for j in range(width):
+    k = row_keys(seed, request_id, start + j, ACCEPT)
+    cols.append(jax.vmap(lambda kk: jax.random.uniform(kk, ()))(k))
+  return jnp.stack(cols, axis=1)

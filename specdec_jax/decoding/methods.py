@@ -1,0 +1,218 @@
+"""Decoding methods: which loop runs, with which target and knobs.
+
+A method is a small frozen pytree; its knobs (alpha, beta) are traced leaves.
+``run`` dispatches to one jitted loop. :func:`make_method` builds a method
+from a name and keyword knobs (the CLI and gin files use it).
+
+    Speculative(target)       Alg. 4 with any target T(q, p) (SpecDecode,
+                              Lossy, cascades Chow/Diff/OPT, TokenV1-3,
+                              BiLD*, LossyGreedy)
+    BiLD(alpha_fallback, alpha_rollback)   original deterministic BiLD
+    TargetOnly(), DrafterOnly()            autoregressive baselines
+    TokenCascade(alpha)       sequential token-level Chow cascade (Alg. 2)
+    OracleCascade(target)     both models every token (Alg. 3)
+    SeqCascade(alpha)         sequence-level Chow cascade
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+from flax import struct
+
+from specdec_jax.decoding import sequential, speculative, targets
+
+
+@struct.dataclass
+class Speculative:
+  """Generic speculative sampling (Alg. 4) toward ``target``."""
+
+  target: Any = struct.field(default_factory=targets.SpecDecode)
+  uses_drafter: bool = struct.field(pytree_node=False, default=True)
+
+  @property
+  def greedy_only(self) -> bool:
+    return isinstance(self.target, targets.GREEDY_ONLY)
+
+  def validate(self) -> None:
+    self.target.validate()
+
+  def run(self, drafter, verifier, q_params, p_params, prompt, prompt_len,
+          inputs, req, strategy, cfg):
+    return speculative.speculative_loop(
+        drafter, verifier, q_params, p_params, prompt, prompt_len, inputs,
+        req, strategy, self.target, None, cfg)
+
+
+@struct.dataclass
+class BiLD:
+  """Big Little Decoder (Kim et al. 2023), deterministic (greedy).
+
+  Fallback: the drafter drafts until its confidence ``max q`` drops below
+  ``alpha_fallback`` or ``gamma`` (the max draft window) tokens are drafted.
+  Rollback: the verifier scores the drafts in one block and rolls back at the
+  first draft with ``-log p(draft) > alpha_rollback``, continuing from the
+  verifier's argmax.
+  """
+
+  alpha_fallback: jax.Array = 0.5
+  alpha_rollback: jax.Array = 2.0
+  uses_drafter: bool = struct.field(pytree_node=False, default=True)
+  greedy_only: bool = struct.field(pytree_node=False, default=True)
+
+  def validate(self) -> None:
+    targets._check_range("BiLD alpha_fallback", self.alpha_fallback, 0.0, 1.0)  # pylint: disable=protected-access
+    targets.BiLDRollback(self.alpha_rollback).validate()
+
+  def run(self, drafter, verifier, q_params, p_params, prompt, prompt_len,
+          inputs, req, strategy, cfg):
+    return speculative.speculative_loop(
+        drafter, verifier, q_params, p_params, prompt, prompt_len, inputs,
+        req, strategy, targets.BiLDRollback(self.alpha_rollback),
+        speculative.FallbackStop(self.alpha_fallback), cfg)
+
+
+@struct.dataclass
+class TargetOnly:
+  """Autoregressive sampling with the verifier alone (the baseline)."""
+
+  uses_drafter: bool = struct.field(pytree_node=False, default=False)
+  greedy_only: bool = struct.field(pytree_node=False, default=False)
+
+  def validate(self) -> None:
+    return None
+
+  def run(self, drafter, verifier, q_params, p_params, prompt, prompt_len,
+          inputs, req, strategy, cfg):
+    return sequential.autoregressive_loop(verifier, p_params, prompt,
+                                          prompt_len, inputs, req, strategy,
+                                          cfg, role="verifier")
+
+
+@struct.dataclass
+class DrafterOnly:
+  """Autoregressive sampling with the drafter alone."""
+
+  uses_drafter: bool = struct.field(pytree_node=False, default=True)
+  greedy_only: bool = struct.field(pytree_node=False, default=False)
+
+  def validate(self) -> None:
+    return None
+
+  def run(self, drafter, verifier, q_params, p_params, prompt, prompt_len,
+          inputs, req, strategy, cfg):
+    return sequential.autoregressive_loop(drafter, q_params, prompt,
+                                          prompt_len, inputs, req, strategy,
+                                          cfg, role="drafter")
+
+
+@struct.dataclass
+class TokenCascade:
+  """TokenCascade[Chow] (Alg. 2): verifier only for deferred tokens."""
+
+  alpha: jax.Array = 0.5
+  chunk: int = struct.field(pytree_node=False, default=16)
+  uses_drafter: bool = struct.field(pytree_node=False, default=True)
+  greedy_only: bool = struct.field(pytree_node=False, default=False)
+
+  def validate(self) -> None:
+    targets.Chow(self.alpha).validate()
+    if self.chunk < 1:
+      raise ValueError(f"TokenCascade chunk must be >= 1, got {self.chunk}")
+
+  def run(self, drafter, verifier, q_params, p_params, prompt, prompt_len,
+          inputs, req, strategy, cfg):
+    return sequential.token_cascade_loop(
+        drafter, verifier, q_params, p_params, prompt, prompt_len, inputs,
+        req, strategy, targets.Chow(self.alpha), cfg,
+        chunk=max(self.chunk, prompt.shape[1]))
+
+
+@struct.dataclass
+class OracleCascade:
+  """OracleCascade (Alg. 3): both models every token, token ~ T(q, p)."""
+
+  target: Any = struct.field(default_factory=targets.Diff)
+  uses_drafter: bool = struct.field(pytree_node=False, default=True)
+
+  @property
+  def greedy_only(self) -> bool:
+    return isinstance(self.target, targets.GREEDY_ONLY)
+
+  def validate(self) -> None:
+    self.target.validate()
+
+  def run(self, drafter, verifier, q_params, p_params, prompt, prompt_len,
+          inputs, req, strategy, cfg):
+    return sequential.oracle_loop(drafter, verifier, q_params, p_params,
+                                  prompt, prompt_len, inputs, req, strategy,
+                                  self.target, cfg)
+
+
+@struct.dataclass
+class SeqCascade:
+  """SeqCascade[Chow]: whole response by the drafter or by the verifier."""
+
+  alpha: jax.Array = 0.5
+  uses_drafter: bool = struct.field(pytree_node=False, default=True)
+  greedy_only: bool = struct.field(pytree_node=False, default=False)
+
+  def validate(self) -> None:
+    targets._check_range("SeqCascade alpha", self.alpha, 0.0, 1.0)  # pylint: disable=protected-access
+
+  def run(self, drafter, verifier, q_params, p_params, prompt, prompt_len,
+          inputs, req, strategy, cfg):
+    return sequential.seq_cascade_loop(drafter, verifier, q_params, p_params,
+                                       prompt, prompt_len, inputs, req,
+                                       strategy, self.alpha, cfg)
+
+
+def _spec(target_cls, **fixed):
+  return lambda **kw: Speculative(target_cls(**fixed, **kw))
+
+
+# name -> constructor taking the method's knobs as keywords.
+METHODS = {
+    "target_only": TargetOnly,
+    "drafter_only": DrafterOnly,
+    "spec_decode": _spec(targets.SpecDecode),
+    "lossy": _spec(targets.Lossy),
+    "lossy_tuned": _spec(targets.Lossy, tuned=True),
+    "lossy_greedy": _spec(targets.LossyGreedy),
+    "chow": _spec(targets.Chow),
+    "diff": _spec(targets.Diff),
+    "opt": _spec(targets.OPT),
+    "chow_log": _spec(targets.Chow, loss="log"),
+    "diff_log": _spec(targets.Diff, loss="log"),
+    "opt_log": _spec(targets.OPT, loss="log"),
+    "token_v1": _spec(targets.TokenV1),
+    "token_v2": _spec(targets.TokenV2),
+    "token_v3": _spec(targets.TokenV3),
+    "bild_star": _spec(targets.BiLDStar),
+    "bild": BiLD,
+    "token_cascade": TokenCascade,
+    "oracle_diff": lambda **kw: OracleCascade(targets.Diff(**kw)),
+    "oracle_opt": lambda **kw: OracleCascade(targets.OPT(**kw)),
+    "seq_cascade": SeqCascade,
+}
+
+
+def make_method(name: str, **knobs):
+  """A method by name, e.g. ``make_method('opt', alpha=0.2)``.
+
+  Args:
+    name: one of :data:`METHODS`.
+    **knobs: the method's knobs (alpha, beta, alpha_fallback, ...).
+
+  Raises:
+    ValueError for an unknown name or knob.
+  """
+  if name not in METHODS:
+    raise ValueError(f"unknown method {name!r}; choose one of "
+                     f"{', '.join(sorted(METHODS))}")
+  try:
+    return METHODS[name](**knobs)
+  except TypeError as e:
+    raise ValueError(f"bad knobs {sorted(knobs)} for method {name!r}: {e}"
+                     ) from None

@@ -1,0 +1,128 @@
+"""Bad input gives clear errors; knob changes never recompile."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from specdec_jax import decoding, models
+from specdec_jax.decoding import speculative
+from tests.decoding.pairs import tiny_pair
+
+
+@pytest.fixture(scope="module")
+def pair():
+  return tiny_pair("gemma")
+
+
+def _gen(pair, method=None, prompts=([2, 5, 6],), **kw):
+  d, v, qp, pp = pair
+  return decoding.generate(method or decoding.make_method("spec_decode"), d, v,
+                           qp, pp, [list(p) for p in prompts], **kw)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(gamma=0), "gamma must be an integer >= 1, got 0"),
+    (dict(gamma=2.5), "gamma must be an integer >= 1"),
+    (dict(sampling=decoding.Temperature(-0.5)),
+     r"temperature must be a finite number >= 0"),
+    (dict(sampling=decoding.TopP(0.0)), r"top_p must be in \(0, 1\]"),
+    (dict(sampling=decoding.TopP(1.5)), r"top_p must be in \(0, 1\]"),
+    (dict(sampling=decoding.TopK(0)), "top_k must be an integer >= 1"),
+    (dict(max_new_tokens=-1), "max_new_tokens must be integers >= 0"),
+    (dict(max_new_tokens=40, max_cache_length=32),
+     "cache slots exceed max_cache_length"),
+    (dict(prompts=([],)), "prompt of row 0 is empty"),
+    (dict(prompts=([2, 999],)), r"prompts contain id 999 .* vocabulary"),
+    (dict(sampling="greedy"), "sampling must be a strategy"),
+    (dict(seeds=[1, 2]), "broadcast"),
+])
+def test_bad_arguments(pair, kw, match):
+  with pytest.raises(ValueError, match=match):
+    _gen(pair, **kw)
+
+
+@pytest.mark.parametrize("name,knobs,match", [
+    ("lossy", dict(alpha=1.0), r"Lossy alpha must be in \[0.0, 1.0\)"),
+    ("lossy", dict(alpha=-0.1), r"Lossy alpha must be in"),
+    ("lossy", dict(alpha=0.2, beta=0.5), r"beta must be >= 1 - alpha"),
+    ("chow", dict(alpha=1.5), r"Chow alpha must be in \[0.0, 1.0\]"),
+    ("opt", dict(alpha=-1.0), "OPT alpha must be in"),
+    ("token_v3", dict(alpha=2.0), "TokenV3 alpha must be in"),
+    ("bild", dict(alpha_fallback=1.5), "alpha_fallback must be in"),
+    ("seq_cascade", dict(alpha=float("nan")), "SeqCascade alpha"),
+])
+def test_bad_knobs(pair, name, knobs, match):
+  with pytest.raises(ValueError, match=match):
+    _gen(pair, decoding.make_method(name, **knobs))
+
+
+def test_unknown_method_and_knob():
+  with pytest.raises(ValueError, match="unknown method 'fast'"):
+    decoding.make_method("fast")
+  with pytest.raises(ValueError, match="bad knobs .* 'chow'"):
+    decoding.make_method("chow", gamma=3)
+
+
+def test_greedy_only_methods_reject_sampling(pair):
+  with pytest.raises(ValueError, match="LossyGreedy is a greedy method"):
+    _gen(pair, decoding.make_method("lossy_greedy", alpha=0.3),
+         sampling=decoding.Temperature(1.0))
+  with pytest.raises(ValueError, match="BiLD is a greedy method"):
+    _gen(pair, decoding.make_method("bild"), sampling=decoding.TopP(0.9))
+
+
+def test_vocabulary_mismatch():
+  d = models.get_model("gemma_tiny", vocab_size=80)
+  v = models.get_model("gemma_tiny")
+  with pytest.raises(ValueError, match=r"vocabularies differ \(80 vs 64"):
+    decoding.generate(decoding.make_method("spec_decode"), d, v, None, None,
+                      [[2]])
+
+
+def test_encoder_decoder_input_errors():
+  d, v, qp, pp = tiny_pair("t5")
+  with pytest.raises(ValueError, match="need inputs="):
+    decoding.generate(decoding.make_method("spec_decode"), d, v, qp, pp,
+                      [[0]])
+  g = tiny_pair("gemma")
+  with pytest.raises(ValueError, match="decoder-only models take no inputs"):
+    decoding.generate(decoding.make_method("spec_decode"), g[0], g[1], g[2],
+                      g[3], [[2]], inputs=[[3]])
+  with pytest.raises(ValueError, match="both be encoder-decoder"):
+    decoding.generate(decoding.make_method("spec_decode"), g[0], v, g[2], pp,
+                      None, inputs=[[3]])
+
+
+def test_nonfinite_logits_raise_or_are_flagged(pair):
+  d, v, qp, pp = pair
+  bad = jax.tree.map(lambda x: x, pp)
+  bad["final_norm"]["scale"] = bad["final_norm"]["scale"].at[0].set(jnp.nan)
+  with pytest.raises(FloatingPointError, match="non-finite logits .* rows"):
+    decoding.generate(decoding.make_method("spec_decode"), d, v, qp, bad,
+                      [[2, 3], [4]], max_new_tokens=4)
+  out = decoding.generate(decoding.make_method("spec_decode"), d, v, qp, bad,
+                          [[2, 3], [4]], max_new_tokens=4,
+                          on_nonfinite="return")
+  assert not out.finite.any()
+  out = decoding.generate(decoding.TargetOnly(), d, v, qp, pp, [[2, 3]],
+                          max_new_tokens=4)
+  assert out.finite.all()
+
+
+def test_knobs_prompts_and_seeds_do_not_recompile(pair):
+  d, v, qp, pp = pair
+  run = lambda prompts, alpha, beta, temp, seed: decoding.generate(
+      decoding.make_method("lossy", alpha=alpha, beta=beta), d, v, qp, pp,
+      prompts, sampling=decoding.TopP(0.9, temperature=temp), gamma=3,
+      max_new_tokens=8, seeds=seed)
+  run([[2, 3, 4], [5]], 0.1, 1.0, 1.0, 0)
+  before = speculative.speculative_loop._cache_size()  # pylint: disable=protected-access
+  run([[7, 8], [9, 10, 11, 12]], 0.5, 0.9, 0.3, 12)
+  run([[2]] * 2, np.float64(0.3), 2, 0, np.int64(4))
+  run([[2, 9], [4]], [0.2, 0.4], [1.0, 1.5], [0.0, 1.0], [1, 2])
+  assert speculative.speculative_loop._cache_size() == before  # pylint: disable=protected-access
+  # Switching to a different method does compile a new program.
+  decoding.generate(decoding.make_method("opt", alpha=0.3), d, v, qp, pp,
+                    [[2, 3], [4]], gamma=3, max_new_tokens=8)
+  assert speculative.speculative_loop._cache_size() == before + 1  # pylint: disable=protected-access
