@@ -166,10 +166,12 @@ class TopP:
 def sample(key: jax.Array, dist: jax.Array) -> jax.Array:
   """Draws one token per row from an (unnormalised) distribution.
 
-  Exponential race: ``argmax(dist / E)`` with E ~ Exp(1) i.i.d. picks index i
-  with probability dist[i] / sum(dist), needs no normalisation, never picks a
-  zero-mass entry (unless the row is all zero) and is deterministic for
-  one-hot rows, so greedy decoding needs no special case.
+  Inverse-CDF sampling with a single uniform per row: token i is picked with
+  probability dist[i] / sum(dist); no normalisation is needed, a zero-mass
+  entry is never picked (unless the whole row is zero: index 0), and a
+  one-hot row always yields its argmax, so greedy decoding needs no special
+  case. One random number per row instead of one per vocabulary entry keeps
+  sampling cheap next to the model calls.
 
   Args:
     key: [B] typed PRNG keys, one per row.
@@ -178,5 +180,12 @@ def sample(key: jax.Array, dist: jax.Array) -> jax.Array:
   Returns:
     [B] int32 token ids.
   """
-  e = jax.vmap(lambda k: jax.random.exponential(k, dist.shape[-1:]))(key)
-  return jnp.argmax(dist / e, axis=-1).astype(jnp.int32)
+  dist = jnp.maximum(dist.astype(jnp.float32), 0.0)
+  cdf = jnp.cumsum(dist, axis=-1)  # [B, V]
+  u = jax.vmap(lambda k: jax.random.uniform(k, ()))(key)  # [B]
+  x = u[:, None] * cdf[:, -1:]  # [B, 1] in [0, total)
+  above = cdf > x
+  # Rounding can leave x >= cdf[-1]; fall back to the last positive entry.
+  last = dist.shape[-1] - 1 - jnp.argmax(dist[:, ::-1] > 0, axis=-1)
+  return jnp.where(jnp.any(above, axis=-1), jnp.argmax(above, axis=-1),
+                   last).astype(jnp.int32)

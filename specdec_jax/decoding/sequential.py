@@ -228,9 +228,9 @@ def token_cascade_loop(drafter, verifier, q_params, p_params, prompt,
       valid = jnp.where(need, jnp.clip(m - start, 0, chunk), 0)
       toks = jax.vmap(lambda h, st: lax.dynamic_slice_in_dim(h, st, chunk))(
           hist, start)
-      logits, new = verifier.step(p_params, toks, p_cache)
-      idx = jnp.maximum(valid - 1, 0)[:, None, None]
-      got = jnp.take_along_axis(logits, idx, axis=1)[:, 0]
+      logits, new = verifier.step(p_params, toks, p_cache,
+                                  logits_at=jnp.maximum(valid - 1, 0))
+      got = logits[:, 0]
       finished = (valid > 0) & (start + valid == m)
       last = jnp.where(finished[:, None], got, last)
       calls = calls + (valid > 0).astype(jnp.int32)

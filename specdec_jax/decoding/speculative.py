@@ -105,14 +105,24 @@ def _draft_phase(drafter, q_params, state: SpecState, strategy, req: Request,
     None (BiLD: number of confident drafts), drafter calls []).
   """
   gamma, b = cfg.gamma, state.pending.shape[0]
-  cv = state.catchup_valid
-  first = jnp.where(cv[:, None],
-                    jnp.stack([state.catchup, state.pending], 1),
-                    jnp.stack([state.pending, jnp.full_like(state.pending,
-                                                            cfg.pad_id)], 1))
-  logits2, cache = drafter.step(q_params, first, state.q_cache)  # [B, 2, V]
-  cache = cache.with_lengths(state.q_cache.lengths + 1 + cv.astype(jnp.int32))
-  l0 = jnp.where(cv[:, None], logits2[:, 1], logits2[:, 0])  # [B, V]
+  cv = state.catchup_valid & ~state.done
+
+  def catch_up(_):  # some row must first feed its last accepted draft
+    first = jnp.where(cv[:, None],
+                      jnp.stack([state.catchup, state.pending], 1),
+                      jnp.stack([state.pending, jnp.full_like(
+                          state.pending, cfg.pad_id)], 1))
+    logits, cache = drafter.step(q_params, first, state.q_cache,
+                                 logits_at=cv.astype(jnp.int32))
+    return logits[:, 0], cache.with_lengths(
+        state.q_cache.lengths + 1 + cv.astype(jnp.int32))
+
+  def plain(_):
+    logits, cache = drafter.step(q_params, state.pending[:, None],
+                                 state.q_cache)
+    return logits[:, 0], cache
+
+  l0, cache = lax.cond(jnp.any(cv), catch_up, plain, None)  # [B, V]
   v = l0.shape[-1]
   q_buf = jnp.zeros((b, gamma + 1, v), jnp.float32).at[:, 0].set(l0)
   drafts = jnp.zeros((b, gamma), jnp.int32)

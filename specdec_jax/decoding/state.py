@@ -80,7 +80,8 @@ def prefill(model, params, prompt: jax.Array, prompt_len: jax.Array,
     (cache with lengths prompt_len - 1, pending [B] = last prompt token).
   """
   if prompt.shape[1] > 1:
-    _, cache = model.step(params, prompt, cache)
+    at = jnp.zeros(prompt.shape[:1], jnp.int32)  # logits unused: project one
+    _, cache = model.step(params, prompt, cache, logits_at=at)
   cache = cache.with_lengths(prompt_len - 1)
   pending = jnp.take_along_axis(prompt, (prompt_len - 1)[:, None], axis=1)[:, 0]
   return cache, pending.astype(jnp.int32)

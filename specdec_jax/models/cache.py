@@ -178,3 +178,18 @@ def check_capacity(lengths, block: int, max_length: int) -> None:
         f"would overrun the cache (max_length {max_length}); allocate a larger "
         f"cache (prompt + new tokens + gamma + 1 slots of slack)"
     )
+
+
+def select_positions(x: jax.Array, at: jax.Array | None) -> jax.Array:
+  """Keeps one position per row before the output projection.
+
+  Args:
+    x: [B, K, D] hidden states of a block.
+    at: None (keep all) or [B] int32 index into the block.
+
+  Returns:
+    [B, K, D] or [B, 1, D].
+  """
+  if at is None:
+    return x
+  return jnp.take_along_axis(x, at[:, None, None], axis=1)

@@ -296,21 +296,23 @@ class GemmaModule(nn.Module):
                    for i in range(cfg.num_layers)]
     self.final_norm = _norm(cfg)
 
-  def _run(self, tokens, positions, caches, lengths):
+  def _run(self, tokens, positions, caches, lengths, logits_at=None):
     x = self.embedder.encode(tokens)
     new = []
     for i, layer in enumerate(self.layers):
       x, lkv = layer(x, positions, None if caches is None else caches[i],
                      lengths)
       new.append(lkv)
+    x = cache_lib.select_positions(x, logits_at)
     logits = self.embedder.decode(self.final_norm(x))
     return soft_cap(logits, self.config.final_logit_softcap), new
 
-  def decode(self, tokens: jax.Array, cache: KVCache):
-    """Cached block step: tokens [B, K] -> (logits [B, K, V] f32, cache)."""
+  def decode(self, tokens: jax.Array, cache: KVCache, logits_at=None):
+    """Cached block step: tokens [B, K] -> (logits [B, K|1, V] f32, cache)."""
     k = tokens.shape[1]
     positions = cache_lib.block_positions(cache.lengths, k)
-    logits, layers = self._run(tokens, positions, cache.layers, cache.lengths)
+    logits, layers = self._run(tokens, positions, cache.layers, cache.lengths,
+                               logits_at)
     return logits, cache.replace(lengths=cache.lengths + k,
                                  layers=tuple(layers))
 
@@ -389,11 +391,15 @@ class GemmaModel(FlaxDecodeModel):
                                    dtype or self.dtype())
     return KVCache(lengths=jnp.zeros((batch,), jnp.int32), layers=layers)
 
-  def step(self, params, tokens: jax.Array, cache: KVCache):
-    """Block step: tokens [B, K] -> (logits [B, K, V] float32, cache)."""
+  def step(self, params, tokens: jax.Array, cache: KVCache, logits_at=None):
+    """Block step: tokens [B, K] -> (logits [B, K, V] float32, cache).
+
+    With ``logits_at`` ([B] int32 block indices) only that position's logits
+    are computed, [B, 1, V].
+    """
     check_tokens(tokens, self.config.vocab_size)
     cache_lib.check_capacity(cache.lengths, tokens.shape[1], cache.max_length)
-    return self._apply(params, tokens, cache, method="decode")
+    return self._apply(params, tokens, cache, logits_at, method="decode")
 
   def forward(self, params, tokens: jax.Array, inputs=None) -> jax.Array:
     """Uncached reference forward: tokens [B, T] -> logits [B, T, V]."""

@@ -7,7 +7,9 @@ config, so it can be closed over or passed as a static argument to ``jax.jit``.
     model.init_params(rng)                        -> params
     model.encode(params, inputs)                  -> Encoded  (encoder-decoder only)
     model.init_cache(batch, max_length, encoded=) -> KVCache (per-row lengths [batch])
-    model.step(params, tokens[B, K], cache)       -> (logits [B, K, V] float32, cache)
+    model.step(params, tokens[B, K], cache, logits_at=None)
+                                                  -> (logits [B, K, V] float32, cache)
+                                                     ([B, 1, V] at logits_at [B])
     model.forward(params, tokens, inputs=)        -> logits, no cache (reference path)
 
 ``step`` writes its K tokens at each row's own length and advances every length
@@ -65,8 +67,8 @@ class DecodeModel(Protocol):
                  encoded: Encoded | None = None) -> KVCache:
     ...
 
-  def step(self, params: Params, tokens: jax.Array,
-           cache: KVCache) -> tuple[jax.Array, KVCache]:
+  def step(self, params: Params, tokens: jax.Array, cache: KVCache,
+           logits_at: jax.Array | None = None) -> tuple[jax.Array, KVCache]:
     ...
 
 

@@ -350,9 +350,9 @@ class T5Module(nn.Module):
     encoded, mask = self.encode(inputs)
     return self.decoder.cross_kv(encoded), mask
 
-  def decode(self, tokens: jax.Array, cache: KVCache):
-    """Cached block step: tokens [B, K] -> (logits [B, K, V] f32, cache)."""
-    return self.decoder.step(self.token_embedder(tokens), cache)
+  def decode(self, tokens: jax.Array, cache: KVCache, logits_at=None):
+    """Cached block step: tokens [B, K] -> (logits [B, K|1, V] f32, cache)."""
+    return self.decoder.step(self.token_embedder(tokens), cache, logits_at)
 
   def forward(self, inputs: jax.Array, targets: jax.Array) -> jax.Array:
     """Uncached teacher-forced forward: logits [B, T, V] float32.
@@ -420,8 +420,8 @@ class T5Stack(nn.Module):
                    cross=ckv, cross_mask=cross_mask)
     return self._logits(x)
 
-  def step(self, x, cache: KVCache):
-    """Cached decoder block over x [B, K, d] -> (logits [B, K, V], cache)."""
+  def step(self, x, cache: KVCache, logits_at=None):
+    """Cached decoder block over x [B, K, d] -> (logits [B, K|1, V], cache)."""
     k = x.shape[1]
     pos = cache_lib.block_positions(cache.lengths, k)  # [B, K]
     slots = jnp.arange(cache.max_length, dtype=jnp.int32)[None, :]
@@ -432,6 +432,7 @@ class T5Stack(nn.Module):
       x, lkv = layer(x, self_cache=lkv, lengths=cache.lengths, mask=mask,
                      bias=bias, cross=ckv, cross_mask=cache.cross_mask)
       new_layers.append(lkv)
+    x = cache_lib.select_positions(x, logits_at)
     return self._logits(x), cache.replace(lengths=cache.lengths + k,
                                           layers=tuple(new_layers))
 
@@ -492,14 +493,17 @@ class T5Model(FlaxDecodeModel):
     return KVCache(lengths=jnp.zeros((batch,), jnp.int32), layers=layers,
                    cross=encoded.cross, cross_mask=encoded.mask)
 
-  def step(self, params, tokens: jax.Array, cache: KVCache):
+  def step(self, params, tokens: jax.Array, cache: KVCache, logits_at=None):
     """Block step: tokens [B, K] -> (logits [B, K, V] float32, cache).
 
     Writes the K tokens at each row's length and advances lengths by K.
+    With ``logits_at`` ([B] int32 block indices) only that position's logits
+    are computed, [B, 1, V] (prefill and catch-up blocks skip the vocabulary
+    projection of the other positions).
     """
     check_tokens(tokens, self.config.vocab_size)
     cache_lib.check_capacity(cache.lengths, tokens.shape[1], cache.max_length)
-    return self._apply(params, tokens, cache, method="decode")
+    return self._apply(params, tokens, cache, logits_at, method="decode")
 
   def forward(self, params, tokens: jax.Array, inputs: jax.Array | None = None):
     """Uncached reference forward: (inputs [B,S], tokens [B,T]) -> [B,T,V]."""

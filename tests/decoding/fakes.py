@@ -33,11 +33,13 @@ class RuleModel:
                    layers=cache_lib.init_layers(batch, max_length, 1, 1, 1,
                                                 jnp.float32))
 
-  def step(self, params, tokens, cache):
+  def step(self, params, tokens, cache, logits_at=None):
     k = tokens.shape[1]
     pos = cache_lib.block_positions(cache.lengths, k)
     nxt = self.rule(tokens, pos) % self.vocab_size
     logits = self.margin * jnp.eye(self.vocab_size)[nxt]
+    if logits_at is not None:
+      logits = jnp.take_along_axis(logits, logits_at[:, None, None], axis=1)
     return logits, cache.with_lengths(cache.lengths + k)
 
 

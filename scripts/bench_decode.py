@@ -1,0 +1,241 @@
+"""Benchmark: speculative decoding vs target-only, against the theory.
+
+For gamma in {1, 3, 5, 8}, temperature {0, 1} and batch {1, 8} this measures
+tokens/s of target-only decoding, SpecDecode and a speculative cascade
+(TokenV3), the acceptance statistics, the drafter/verifier cost ratio c
+(median time of a 1-token step of each model), and compares the measured
+speedup with Leviathan et al.'s theory
+
+    speedup(alpha, gamma, c) = (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1))
+
+where alpha is recovered from the measured block efficiency (tokens per
+verifier call = (1 - alpha^(gamma+1)) / (1 - alpha)). All ratios come from one
+run on one machine; times are medians over repeats.
+
+Usage:
+  python scripts/bench_decode.py --pair random-gemma \\
+      --out benchmarks/results/bench_decode_random_gemma
+Writes <out>.json and <out>.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specdec_jax import decoding, models
+
+
+def random_pair(family: str):
+  """A random-weight verifier and a drafter made of its first layer(s).
+
+  The drafter shares the verifier's embedding (and, for T5, encoder) and
+  keeps its first decoder layer, so its predictions correlate with the
+  verifier's: a truncated target, as in early-exit drafting.
+  """
+  if family == "gemma":
+    cfg = models.GemmaConfig(vocab_size=8192, d_model=512, num_layers=8,
+                             num_heads=8, num_kv_heads=8, head_dim=64,
+                             mlp_dim=2048)
+    verifier = models.GemmaModel(cfg)
+    p = verifier.init_params(jax.random.PRNGKey(0))
+    p["embedder"]["input_embedding"] = p["embedder"]["input_embedding"] * 4.0
+    dcfg = models.GemmaConfig(**{**cfg.__dict__, "num_layers": 1,
+                                 "attention_types": ()})
+    drafter = models.GemmaModel(dcfg)
+    q = {k: v for k, v in p.items() if k in ("embedder", "final_norm",
+                                             "layer_0")}
+  else:
+    cfg = models.T5Config(vocab_size=8192, d_model=512, num_heads=8,
+                          num_encoder_layers=4, num_decoder_layers=8,
+                          mlp_dim=2048)
+    verifier = models.T5Model(cfg)
+    p = verifier.init_params(jax.random.PRNGKey(0))
+    dcfg = models.T5Config(**{**cfg.__dict__, "num_decoder_layers": 1})
+    drafter = models.T5Model(dcfg)
+    dec = {k: v for k, v in p["decoder"].items()
+           if not k.startswith("layers_") or k == "layers_0"}
+    q = {"token_embedder": p["token_embedder"], "encoder": p["encoder"],
+         "decoder": dec}
+  return drafter, verifier, q, p
+
+
+def load_pair(name: str):
+  if name.startswith("random-"):
+    return random_pair(name.split("-", 1)[1])
+  from specdec_jax.eval import default_models  # pylint: disable=g-import-not-at-top
+  return default_models.load_pair_for_benchmark(name)
+
+
+def step_time(model, params, batch, context, repeats=30, inputs=None):
+  """Median seconds of a jitted 1-token step at ``context`` cached tokens."""
+  enc = model.encode(params, inputs) if model.is_encoder_decoder else None
+  cache = model.init_cache(batch, context + 8, enc)
+  step = jax.jit(model.step)
+  toks = jnp.full((batch, context), 5, jnp.int32)
+  _, cache = step(params, toks, cache)
+  one = jnp.full((batch, 1), 5, jnp.int32)
+  jax.block_until_ready(step(params, one, cache))
+  times = []
+  for _ in range(repeats):
+    t = time.perf_counter()
+    jax.block_until_ready(step(params, one, cache))
+    times.append(time.perf_counter() - t)
+  return statistics.median(times)
+
+
+def alpha_from_efficiency(eff: float, gamma: int) -> float:
+  """Solves (1 - a^(g+1)) / (1 - a) = eff for a in [0, 1]."""
+  lo, hi = 0.0, 1.0
+  f = lambda a: sum(a**i for i in range(gamma + 1))
+  if eff >= gamma + 1:
+    return 1.0
+  for _ in range(60):
+    mid = 0.5 * (lo + hi)
+    lo, hi = (mid, hi) if f(mid) < eff else (lo, mid)
+  return 0.5 * (lo + hi)
+
+
+def theory(alpha: float, gamma: int, c: float) -> float:
+  if alpha >= 1.0:
+    return (gamma + 1) / (gamma * c + 1)
+  return (1 - alpha**(gamma + 1)) / ((1 - alpha) * (gamma * c + 1))
+
+
+def timed_generate(method, pair, prompts, inputs, temp, gamma, new, repeats,
+                   batch):
+  """Median wall time of decoding all prompts in batches of ``batch``."""
+  drafter, verifier, qp, pp = pair
+  sampling = decoding.Temperature(temp)
+  chunks = [slice(i, i + batch) for i in range(0, len(prompts), batch)]
+
+  def run_all(seed):
+    results = []
+    for sl in chunks:
+      results.append(decoding.generate(
+          method, drafter, verifier, qp, pp,
+          None if prompts is None else prompts[sl],
+          inputs=None if inputs is None else inputs[sl], sampling=sampling,
+          gamma=gamma, max_new_tokens=new, seeds=seed, eos_id=None))
+    return results
+
+  run_all(0)  # compile
+  times, results = [], None
+  for r in range(repeats):
+    t = time.perf_counter()
+    results = run_all(r + 1)
+    times.append(time.perf_counter() - t)
+  tokens = sum(int(x.lengths.sum()) for x in results)
+  calls = sum(int(x.verifier_calls.sum()) for x in results)
+  drafted = sum(int(x.drafted.sum()) for x in results)
+  accepted = sum(int(x.accepted.sum()) for x in results)
+  med = statistics.median(times)
+  return dict(seconds=med, tokens=tokens, tokens_per_s=tokens / med,
+              block_efficiency=tokens / max(calls, 1),
+              acceptance_rate=accepted / drafted if drafted else None)
+
+
+def main():
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--pair", default="random-gemma")
+  ap.add_argument("--out", default="benchmarks/results/bench_decode")
+  ap.add_argument("--num_prompts", type=int, default=8)
+  ap.add_argument("--new_tokens", type=int, default=48)
+  ap.add_argument("--repeats", type=int, default=3)
+  ap.add_argument("--gammas", default="1,3,5,8")
+  ap.add_argument("--temperatures", default="0,1")
+  ap.add_argument("--batches", default="1,8")
+  ap.add_argument("--cascade_alpha", type=float, default=0.3)
+  args = ap.parse_args()
+
+  pair = load_pair(args.pair)
+  drafter, verifier, qp, pp = pair
+  rng = np.random.default_rng(0)
+  vocab = verifier.vocab_size
+  prompts = inputs = None
+  if getattr(pair, "prompts", None) is not None:
+    prompts = pair.prompts[:args.num_prompts]
+  seqs = [list(rng.integers(3, vocab, size=24)) for _ in
+          range(args.num_prompts)]
+  if verifier.is_encoder_decoder:
+    inputs = seqs
+  else:
+    prompts = [[2] + s for s in seqs]
+
+  rows, costs = [], {}
+  for batch in map(int, args.batches.split(",")):
+    enc = None
+    if verifier.is_encoder_decoder:
+      enc = jnp.full((batch, 24), 5, jnp.int32)
+    tq = step_time(drafter, qp, batch, 32, inputs=enc)
+    tp = step_time(verifier, pp, batch, 32, inputs=enc)
+    costs[batch] = dict(drafter_step_ms=1e3 * tq, verifier_step_ms=1e3 * tp,
+                        c=tq / tp)
+    for temp in map(float, args.temperatures.split(",")):
+      base = timed_generate(decoding.TargetOnly(), pair, prompts, inputs, temp,
+                            1, args.new_tokens, args.repeats, batch)
+      rows.append(dict(batch=batch, temperature=temp, gamma=0,
+                       method="target_only", **base, speedup=1.0))
+      print(json.dumps(rows[-1]), flush=True)
+      for gamma in map(int, args.gammas.split(",")):
+        for name, method in (
+            ("spec_decode", decoding.make_method("spec_decode")),
+            (f"token_v3(alpha={args.cascade_alpha})",
+             decoding.make_method("token_v3", alpha=args.cascade_alpha))):
+          r = timed_generate(method, pair, prompts, inputs, temp, gamma,
+                             args.new_tokens, args.repeats, batch)
+          speed = r["tokens_per_s"] / base["tokens_per_s"]
+          a = alpha_from_efficiency(r["block_efficiency"], gamma)
+          th = theory(a, gamma, costs[batch]["c"])
+          rows.append(dict(batch=batch, temperature=temp, gamma=gamma,
+                           method=name, **r, speedup=speed, alpha=a,
+                           c=costs[batch]["c"], theory=th,
+                           measured_over_theory=speed / th))
+          print(json.dumps(rows[-1]), flush=True)
+
+  meta = dict(command="python scripts/bench_decode.py " + " ".join(
+      f"--{k}={v}" for k, v in vars(args).items()),
+              backend=jax.default_backend(),
+              cpu=platform.processor() or platform.machine(),
+              jax=jax.__version__,
+              drafter_params=drafter.num_params(),
+              verifier_params=verifier.num_params(), costs=costs)
+  with open(args.out + ".json", "w") as f:
+    json.dump(dict(meta=meta, rows=rows), f, indent=1)
+  lines = [
+      f"# Decode benchmark: {args.pair}\n",
+      f"Command: `{meta['command']}`  ",
+      f"Backend {meta['backend']} ({meta['cpu']}), jax {meta['jax']}; "
+      f"drafter {meta['drafter_params'] / 1e6:.1f}M / verifier "
+      f"{meta['verifier_params'] / 1e6:.1f}M parameters; "
+      f"{args.num_prompts} prompts x {args.new_tokens} new tokens, median of "
+      f"{args.repeats} repeats. alpha is solved from the block efficiency; "
+      f"theory = (1 - a^(g+1)) / ((1 - a)(g c + 1)).\n",
+      "| batch | c (drafter/verifier step) |", "|---|---|"]
+  lines += [f"| {b} | {v['c']:.3f} ({v['drafter_step_ms']:.2f} ms / "
+            f"{v['verifier_step_ms']:.2f} ms) |" for b, v in costs.items()]
+  lines += ["", "| batch | T | gamma | method | tokens/s | speedup | accept "
+            "rate | tokens/call | alpha | theory | measured/theory |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+  for r in rows:
+    fmt = lambda k, f: (f.format(r[k]) if r.get(k) is not None else "-")
+    lines.append(
+        f"| {r['batch']} | {r['temperature']:g} | {r['gamma'] or '-'} | "
+        f"{r['method']} | {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | "
+        f"{fmt('acceptance_rate', '{:.2f}')} | "
+        f"{r['block_efficiency']:.2f} | {fmt('alpha', '{:.2f}')} | "
+        f"{fmt('theory', '{:.2f}x')} | {fmt('measured_over_theory', '{:.2f}')} |")
+  with open(args.out + ".md", "w") as f:
+    f.write("\n".join(lines) + "\n")
+  print("\n".join(lines))
+
+
+if __name__ == "__main__":
+  main()
