@@ -1,0 +1,149 @@
+"""Device mesh and the ONE table of logical-axis rules.
+
+Every parameter and cache axis has a logical name; :data:`LOGICAL_AXIS_RULES`
+maps logical names to mesh axes (t5x ``standard_logical_axis_rules`` style).
+Nothing else in the code base names mesh axes.
+
+Logical axes:
+    batch, cache_batch      rows of a batch (data parallel)
+    length, cache_length    sequence positions
+    vocab, embed            vocabulary rows, model width
+    heads, kv_heads, head_dim, joined_kv (= heads * head_dim, T5 kernels)
+    mlp                     MLP hidden units
+    stack                   small stacked axes (K/V pair, gate/up pair)
+    relpos_buckets          T5 relative-position buckets
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Mapping, Sequence
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from specdec_jax.models.interface import flatten_params, unflatten_params
+
+MESH_AXES = ("data", "fsdp", "model")
+
+# logical axis -> mesh axis (None = replicated). The first rule wins.
+LOGICAL_AXIS_RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
+    ("batch", "data"),
+    ("cache_batch", "data"),
+    ("vocab", "model"),
+    ("heads", "model"),
+    ("kv_heads", "model"),
+    ("joined_kv", "model"),
+    ("mlp", "model"),
+    ("embed", "fsdp"),
+    ("head_dim", None),
+    ("length", None),
+    ("cache_length", None),
+    ("stack", None),
+    ("relpos_buckets", None),
+)
+
+# (path regex, logical axes) for every parameter of both families.
+_PARAM_AXES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # T5 (t5x names, 2-D kernels)
+    (r"token_embedder/embedding$", ("vocab", "embed")),
+    (r"relpos_bias/rel_embedding$", ("heads", "relpos_buckets")),
+    (r"(attention|self_attention|encoder_decoder_attention)/"
+     r"(query|key|value)/kernel$", ("embed", "joined_kv")),
+    (r"(attention|self_attention|encoder_decoder_attention)/out/kernel$",
+     ("joined_kv", "embed")),
+    (r"mlp/wi_[01]/kernel$", ("embed", "mlp")),
+    (r"mlp/wo/kernel$", ("mlp", "embed")),
+    (r"logits_dense/kernel$", ("embed", "vocab")),
+    # Gemma (our layouts, see models/gemma.py)
+    (r"embedder/input_embedding$", ("vocab", "embed")),
+    (r"attn/q/kernel$", ("embed", "heads", "head_dim")),
+    (r"attn/kv/kernel$", ("embed", "stack", "kv_heads", "head_dim")),
+    (r"attn/out/kernel$", ("heads", "head_dim", "embed")),
+    (r"mlp/gating/kernel$", ("embed", "stack", "mlp")),
+    (r"mlp/linear/kernel$", ("mlp", "embed")),
+    # Norm scales of both families
+    (r"(norm|layer_norm)/scale$", ("embed",)),
+)
+
+
+def param_logical_axes(params: Mapping) -> dict:
+  """Logical axis names of every parameter.
+
+  Args:
+    params: nested parameter dict (arrays or ShapeDtypeStructs) of a T5Model
+      or GemmaModel; also works on merged trees ({'draft': ..., 'target':
+      ...}) since matching is by path suffix.
+
+  Returns:
+    A nested dict of the same structure whose leaves are tuples of logical
+    axis names, one per array dimension.
+
+  Raises:
+    ValueError if a parameter path has no rule or the rule's rank differs.
+  """
+  out = {}
+  for path, leaf in flatten_params(params).items():
+    for pattern, axes in _PARAM_AXES:
+      if re.search(pattern, path):
+        if len(axes) != len(np.shape(leaf)):
+          raise ValueError(f"logical axes {axes} do not fit parameter '{path}'"
+                           f" of shape {np.shape(leaf)}")
+        out[path] = axes
+        break
+    else:
+      raise ValueError(f"no logical-axis rule for parameter '{path}'; add one "
+                       f"to specdec_jax/sharding.py")
+  return unflatten_params(out)
+
+
+def logical_to_spec(axes: Sequence[str | None],
+                    rules=LOGICAL_AXIS_RULES) -> PartitionSpec:
+  """Logical axis names -> PartitionSpec through the rules table.
+
+  A mesh axis is used at most once per array (later dimensions that map to
+  an already-used mesh axis are replicated instead).
+  """
+  table = {}
+  for name, mesh_axis in rules:
+    table.setdefault(name, mesh_axis)
+  used, spec = set(), []
+  for name in axes:
+    if name is not None and name not in table:
+      raise ValueError(f"logical axis {name!r} has no rule in "
+                       f"LOGICAL_AXIS_RULES")
+    mesh_axis = None if name is None else table[name]
+    if mesh_axis is not None and mesh_axis in used:
+      mesh_axis = None
+    if mesh_axis is not None:
+      used.add(mesh_axis)
+    spec.append(mesh_axis)
+  return PartitionSpec(*spec)
+
+
+def make_mesh(data: int = 1, fsdp: int = 1, model: int = 1,
+              devices=None) -> Mesh:
+  """A (data, fsdp, model) mesh over ``devices`` (default: all devices).
+
+  Raises:
+    ValueError if the axis sizes do not multiply to the device count.
+  """
+  devices = jax.devices() if devices is None else list(devices)
+  sizes = (data, fsdp, model)
+  if any(s < 1 for s in sizes):
+    raise ValueError(f"mesh axis sizes must be >= 1, got data={data}, "
+                     f"fsdp={fsdp}, model={model}")
+  if int(np.prod(sizes)) != len(devices):
+    raise ValueError(f"mesh data={data} x fsdp={fsdp} x model={model} = "
+                     f"{int(np.prod(sizes))} devices, but {len(devices)} are "
+                     f"available; choose sizes whose product is "
+                     f"{len(devices)}")
+  return Mesh(np.asarray(devices).reshape(sizes), MESH_AXES)
+
+
+def param_shardings(params: Mapping, mesh: Mesh) -> dict:
+  """NamedSharding of every parameter on ``mesh`` (same tree structure)."""
+  axes = param_logical_axes(params)
+  return jax.tree.map(lambda a: NamedSharding(mesh, logical_to_spec(a)),
+                      axes, is_leaf=lambda x: isinstance(x, tuple))
