@@ -48,5 +48,5 @@ setup(
     include_package_data=True,
     install_requires=CORE,
     extras_require=EXTRAS,
-    entry_points={"console_scripts": ["specdec_jax=specdec_jax.main:run"]},
+    entry_points={"console_scripts": ["specdec_jax=specdec_jax.main:cli"]},
 )

@@ -1,0 +1,1 @@
+"""ml_collections presets: model sizes and experiment sweeps."""

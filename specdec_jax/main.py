@@ -1,0 +1,191 @@
+r"""The specdec_jax command line (absl flags + gin), t5x style.
+
+    python -m specdec_jax.main --gin_file=pairs/default_t5_docstring.gin \
+        --gin_file=methods/token_v3.gin --gin_file=runs/decode.gin \
+        --gin.INPUT_FILE="'prompts.jsonl'" --gin.ALPHA=0.4
+
+Flags: --gin_file (repeatable; resolved against --gin_search_paths and the
+shipped gin/ directory), --gin_bindings / --gin.KEY=VALUE (repeatable),
+--gin_search_paths (comma separated), --mode (decode | eval | bench | plan |
+main; overrides ``run.mode``). This module holds the only gin-configurable
+wrappers of the code base; the library stays gin-free.
+
+Errors in files, flags and bindings print one line and exit with status 2.
+On a TPU pod slice it calls ``jax.distributed.initialize()`` first and only
+host 0 writes results.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+from typing import Sequence
+
+from absl import flags
+import gin
+
+from specdec_jax import decoding, runs
+
+GIN_DIR = os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), "gin")
+MODES = ("decode", "eval", "bench", "plan", "main")
+
+_GIN_FILES = flags.DEFINE_multi_string(
+    "gin_file", [], "gin files, in order (later ones override earlier).")
+_GIN_BINDINGS = flags.DEFINE_multi_string(
+    "gin_bindings", [], "gin bindings, e.g. \"ALPHA = 0.3\".")
+_GIN_SEARCH_PATHS = flags.DEFINE_list(
+    "gin_search_paths", [], "directories searched for gin files and includes.")
+_MODE = flags.DEFINE_enum("mode", None, list(MODES),
+                          "what to run (overrides run.mode).")
+_DISTRIBUTED = flags.DEFINE_enum(
+    "distributed", "auto", ["auto", "yes", "no"],
+    "call jax.distributed.initialize() (auto: on multi-host TPU / when "
+    "JAX_COORDINATOR_ADDRESS is set).")
+
+
+# --------------------------------------------------------------------------
+# gin-configurable wrappers (the only ones in the project)
+# --------------------------------------------------------------------------
+
+ModelSpec = gin.external_configurable(runs.ModelSpec, "ModelSpec")
+
+
+@gin.configurable
+def method_spec(name: str = gin.REQUIRED, alpha=None, beta=None,
+                alpha_fallback=None, alpha_rollback=None, chunk=None):
+  """A decoding method by name with its knobs (see decoding.METHODS).
+
+  The knobs are explicit parameters so that gin rejects a misspelled one at
+  parse time, naming the file and line.
+  """
+  knobs = dict(alpha=alpha, beta=beta, alpha_fallback=alpha_fallback,
+               alpha_rollback=alpha_rollback, chunk=chunk)
+  return decoding.make_method(name, **{k: v for k, v in knobs.items()
+                                       if v is not None})
+
+
+@gin.configurable
+def sampling_spec(temperature: float = 0.0, top_k=None, top_p=None):
+  """The sampling transform: temperature (0 = greedy), top_k or top_p."""
+  return runs.sampling_from(temperature, top_k, top_p)
+
+
+@gin.configurable
+def run(mode: str | None = None, drafter=None, verifier=None, method=None,
+        sampling=None, gamma: int = 5, max_new_tokens: int = 64,
+        batch_size: int = 8, input_file: str | None = None,
+        output_dir: str | None = None, seed: int = 0):
+  """Runs one mode with the configured models and method."""
+  if mode not in MODES:
+    raise ValueError(f"set --mode or run.mode to one of {', '.join(MODES)} "
+                     f"(got {mode!r})")
+  if mode == "decode":
+    if verifier is None:
+      raise ValueError("decode needs a verifier: bind run.verifier (e.g. "
+                       "include a gin/pairs/*.gin file)")
+    method = method or decoding.make_method("spec_decode")
+    out = os.path.join(output_dir, "decodes.jsonl") if output_dir else None
+    rows = runs.run_decode(drafter, verifier, method, sampling, gamma,
+                           max_new_tokens, batch_size, input_file, out, seed)
+    summary = runs.summarize(rows)
+    print(runs.format_table(list(summary), [list(summary.values())]),
+          file=sys.stderr)
+    return rows
+  raise ValueError(f"mode {mode!r} is not available in this build")
+
+
+# --------------------------------------------------------------------------
+# Entry point
+# --------------------------------------------------------------------------
+
+
+def rewrite_gin_args(argv: Sequence[str]) -> list[str]:
+  """Turns ``--gin.KEY=VALUE`` into ``--gin_bindings=KEY = VALUE``."""
+  out = []
+  for arg in argv:
+    m = re.fullmatch(r"--gin\.([^=]+)=(.*)", arg, flags=re.S)
+    out.append(f"--gin_bindings={m.group(1)} = {m.group(2)}" if m else arg)
+  return out
+
+
+def _maybe_initialize_distributed() -> None:
+  import jax  # pylint: disable=g-import-not-at-top
+  choice = _DISTRIBUTED.value
+  hosts = os.environ.get("TPU_WORKER_HOSTNAMES", "")
+  auto = bool(os.environ.get("JAX_COORDINATOR_ADDRESS")) or (
+      "," in hosts)
+  if choice == "yes" or (choice == "auto" and auto):
+    jax.distributed.initialize()
+
+
+class _QuietSearch(logging.Filter):
+  """Drops gin's 'Path not found' log lines while it searches include paths."""
+
+  def filter(self, record):
+    return "Path not found" not in record.getMessage()
+
+
+def resolve_gin_file(name: str, search_paths: Sequence[str] = ()) -> str:
+  """Finds a gin file as given, then under search_paths, then under gin/."""
+  for root in ["", *search_paths, GIN_DIR]:
+    path = os.path.join(root, name) if root else name
+    if os.path.isfile(path):
+      return os.path.abspath(path)
+  raise FileNotFoundError(
+      f"gin file {name!r} not found (searched ., {', '.join(search_paths)}"
+      f"{', ' if search_paths else ''}{GIN_DIR})")
+
+
+def parse_gin(files: Sequence[str], bindings: Sequence[str],
+              search_paths: Sequence[str] = ()) -> None:
+  """Parses gin files (searched in search_paths and gin/) and bindings."""
+  paths = [resolve_gin_file(f, search_paths) for f in files]
+  for path in list(search_paths) + [GIN_DIR]:
+    gin.add_config_file_search_path(path)
+  quiet = _QuietSearch()
+  logging.getLogger().addFilter(quiet)
+  try:
+    gin.parse_config_files_and_bindings(paths, list(bindings),
+                                        finalize_config=True)
+  finally:
+    logging.getLogger().removeFilter(quiet)
+
+
+def main(argv: Sequence[str]) -> None:
+  """Runs the configured mode (flags already parsed)."""
+  if len(argv) > 1:
+    raise ValueError(f"unexpected arguments: {' '.join(argv[1:])} (flags "
+                     f"are --gin_file, --gin_bindings, --gin.KEY=VALUE, "
+                     f"--gin_search_paths, --mode)")
+  _maybe_initialize_distributed()
+  parse_gin(_GIN_FILES.value, _GIN_BINDINGS.value, _GIN_SEARCH_PATHS.value)
+  run(**({"mode": _MODE.value} if _MODE.value else {}))
+
+
+def _one_line(e: BaseException) -> str:
+  msg = str(e).strip().splitlines()
+  text = " | ".join(m.strip() for m in msg if m.strip())
+  return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def cli(argv: Sequence[str] | None = None) -> None:
+  """Console entry point: errors become one line on stderr and exit 2."""
+  argv = rewrite_gin_args(sys.argv if argv is None else argv)
+  try:
+    rest = flags.FLAGS(argv)
+  except flags.Error as e:
+    print(f"specdec_jax: error: bad flag: {e}", file=sys.stderr)
+    sys.exit(2)
+  try:
+    main(rest)
+  except (ValueError, FileNotFoundError, OSError, TypeError, KeyError,
+          SyntaxError, FloatingPointError, ImportError) as e:
+    print(f"specdec_jax: error: {_one_line(e)}", file=sys.stderr)
+    sys.exit(2)
+
+
+if __name__ == "__main__":
+  cli()

@@ -1,0 +1,129 @@
+"""Every shipped gin file and ml_collections config parses and builds."""
+
+import glob
+import os
+
+import gin
+import pytest
+
+from configs import models as model_configs
+from configs import sweeps
+from specdec_jax import decoding, main, models, runs
+
+GIN = main.GIN_DIR
+REQUIRED = [  # values for the REQUIRED macros of the real-model files
+    "GEMMA_TOKENIZER = '/path/tokenizer.model'",
+    "GEMMA_2B_CHECKPOINT = '/ckpt/g1_2b'",
+    "GEMMA_7B_CHECKPOINT = '/ckpt/g1_7b'",
+    "GEMMA2_2B_CHECKPOINT = '/ckpt/g2_2b'",
+    "GEMMA2_9B_CHECKPOINT = '/ckpt/g2_9b'",
+    "GEMMA2_27B_CHECKPOINT = '/ckpt/g2_27b'",
+]
+
+
+def _files(sub):
+  return sorted(os.path.relpath(p, GIN)
+                for p in glob.glob(os.path.join(GIN, sub, "*.gin")))
+
+
+@pytest.fixture(autouse=True)
+def clean_gin():
+  gin.clear_config()
+  yield
+  gin.clear_config()
+
+
+def _build(files, bindings=(), monkeypatch=None):
+  """Parses files, then runs `run` with decode mocked; returns its args."""
+  main.parse_gin(files, list(bindings))
+  seen = {}
+
+  def fake_decode(drafter, verifier, method, sampling, *args):
+    seen.update(drafter=drafter, verifier=verifier, method=method,
+                sampling=sampling, args=args)
+    return []
+
+  monkeypatch.setattr(runs, "run_decode", fake_decode)
+  main.run()
+  return seen
+
+
+@pytest.mark.parametrize("path", _files("models"))
+def test_model_files_build(path):
+  if path.endswith("_common.gin"):
+    main.parse_gin([path], REQUIRED)
+    return
+  main.parse_gin([path], REQUIRED)
+  scope = os.path.basename(path)[:-4]
+  with gin.config_scope(scope):
+    spec = main.ModelSpec()
+  assert spec.preset == scope and spec.preset in models.PRESETS
+  assert spec.checkpoint and spec.tokenizer and spec.dtype == "bfloat16"
+
+
+@pytest.mark.parametrize("path", _files("pairs"))
+def test_pair_files_build(path, monkeypatch):
+  seen = _build(["runs/decode.gin", path], REQUIRED, monkeypatch)
+  for role in ("drafter", "verifier"):
+    spec = seen[role]
+    assert isinstance(spec, runs.ModelSpec) and spec.role == role
+    assert spec.preset in models.PRESETS or spec.default_pair
+
+
+@pytest.mark.parametrize("path", _files("methods"))
+def test_method_files_build(path, monkeypatch):
+  seen = _build(["runs/decode.gin", "pairs/tiny_random.gin", path], (),
+                monkeypatch)
+  method = seen["method"]
+  name = os.path.basename(path)[:-4]
+  assert type(method) is type(decoding.make_method(name))
+  method.validate()
+
+
+@pytest.mark.parametrize("path", _files("runs"))
+def test_run_files_parse(path, monkeypatch):
+  seen = _build([path, "pairs/tiny_random.gin"], (), monkeypatch)
+  assert isinstance(seen["sampling"], decoding.Temperature)
+
+
+def test_decode_run_end_to_end_on_tiny_models(tmp_path):
+  req = tmp_path / "req.jsonl"
+  req.write_text('{"tokens": [2, 5, 9]}\n{"tokens": [2, 7], "id": "b"}\n')
+  main.parse_gin(["runs/decode.gin", "pairs/tiny_random.gin",
+                  "methods/spec_decode.gin"],
+                 [f"INPUT_FILE = '{req}'", f"OUTPUT_DIR = '{tmp_path}'",
+                  "MAX_NEW_TOKENS = 6", "GAMMA = 2"])
+  rows = main.run()
+  assert [r["id"] for r in rows] == ["0", "b"]
+  assert all(r["num_tokens"] == 6 for r in rows)
+  lines = (tmp_path / "decodes.jsonl").read_text().splitlines()
+  assert len(lines) == 2
+
+
+def test_broken_binding_names_file_and_line(tmp_path):
+  bad = tmp_path / "bad.gin"
+  bad.write_text("GAMMA = 3\nmethod_spec.nmae = 'chow'\n")
+  with pytest.raises(ValueError, match=r"(?s)nmae.*bad.gin.*line 2"):
+    main.parse_gin([str(bad)], [])
+
+
+def test_missing_required_macro_is_reported(monkeypatch):
+  with pytest.raises(ValueError, match="DRAFTER.*gin.REQUIRED"):
+    _build(["runs/decode.gin"], (), monkeypatch)
+
+
+@pytest.mark.parametrize("preset", sorted(models.PRESETS))
+def test_model_configs_build(preset):
+  cfg = model_configs.get_config(preset)
+  built = model_configs.build(cfg)
+  assert built.config == models.PRESETS[preset]
+
+
+@pytest.mark.parametrize("name", ["paper_t5", "paper_gemma", "gamma_ablation",
+                                  "main_job", "smoke"])
+def test_sweep_configs_build(name):
+  cfg = sweeps.get_config(name)
+  for method, grid in cfg.methods.items():
+    knobs = {k: v[0] for k, v in grid.items()}
+    decoding.make_method(method, **knobs).validate()
+  assert all(t >= 0 for t in cfg.temperatures) and cfg.gammas
