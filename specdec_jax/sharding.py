@@ -98,28 +98,39 @@ def param_logical_axes(params: Mapping) -> dict:
   return unflatten_params(out)
 
 
-def logical_to_spec(axes: Sequence[str | None],
-                    rules=LOGICAL_AXIS_RULES) -> PartitionSpec:
+def logical_to_spec(axes: Sequence[str | None], rules=LOGICAL_AXIS_RULES,
+                    shape: Sequence[int] | None = None,
+                    mesh: Mesh | None = None) -> PartitionSpec:
   """Logical axis names -> PartitionSpec through the rules table.
 
   A mesh axis is used at most once per array (later dimensions that map to
-  an already-used mesh axis are replicated instead).
+  an already-used mesh axis are replicated instead). With ``shape`` and
+  ``mesh``, a dimension the mesh axis does not divide evenly is replicated
+  (e.g. 4 heads on an 8-way model axis), so any preset fits any mesh.
   """
   table = {}
   for name, mesh_axis in rules:
     table.setdefault(name, mesh_axis)
   used, spec = set(), []
-  for name in axes:
+  for dim, name in enumerate(axes):
     if name is not None and name not in table:
       raise ValueError(f"logical axis {name!r} has no rule in "
                        f"LOGICAL_AXIS_RULES")
     mesh_axis = None if name is None else table[name]
     if mesh_axis is not None and mesh_axis in used:
       mesh_axis = None
+    if (mesh_axis is not None and shape is not None and mesh is not None
+        and shape[dim] % dict(mesh.shape)[mesh_axis]):
+      mesh_axis = None
     if mesh_axis is not None:
       used.add(mesh_axis)
     spec.append(mesh_axis)
   return PartitionSpec(*spec)
+
+
+def named(mesh: Mesh, axes: Sequence[str | None], shape) -> NamedSharding:
+  """NamedSharding of an array of ``shape`` with logical ``axes``."""
+  return NamedSharding(mesh, logical_to_spec(axes, shape=shape, mesh=mesh))
 
 
 def make_mesh(data: int = 1, fsdp: int = 1, model: int = 1,
@@ -144,6 +155,73 @@ def make_mesh(data: int = 1, fsdp: int = 1, model: int = 1,
 
 def param_shardings(params: Mapping, mesh: Mesh) -> dict:
   """NamedSharding of every parameter on ``mesh`` (same tree structure)."""
-  axes = param_logical_axes(params)
-  return jax.tree.map(lambda a: NamedSharding(mesh, logical_to_spec(a)),
-                      axes, is_leaf=lambda x: isinstance(x, tuple))
+  axes = flatten_params(param_logical_axes(params))
+  flat = flatten_params(params)
+  return unflatten_params({p: named(mesh, axes[p], np.shape(x))
+                           for p, x in flat.items()})
+
+
+def param_sharding_fn(mesh: Mesh, model):
+  """(path, shape) -> NamedSharding for ``checkpoints.load(sharding=...)``:
+  each leaf is placed on the mesh as it is read."""
+  axes = flatten_params(param_logical_axes(model.param_shapes()))
+  return lambda path, shape: named(mesh, axes[path], shape)
+
+
+# Logical axes of KV-cache leaves.
+SELF_KV_AXES = ("cache_batch", "cache_length", "kv_heads", "head_dim")
+CROSS_KV_AXES = ("cache_batch", "length", "heads", "head_dim")
+
+
+def cache_shardings(cache, mesh: Mesh):
+  """Shardings of a KVCache (or its ShapeDtypeStructs), same structure."""
+  from specdec_jax.models.cache import LayerKV  # pylint: disable=g-import-not-at-top
+  layer = lambda kv, axes: LayerKV(k=named(mesh, axes, kv.k.shape),
+                                   v=named(mesh, axes, kv.v.shape))
+  return cache.replace(
+      lengths=named(mesh, ("cache_batch",), cache.lengths.shape),
+      layers=tuple(layer(kv, SELF_KV_AXES) for kv in cache.layers),
+      cross=None if cache.cross is None else tuple(
+          layer(kv, CROSS_KV_AXES) for kv in cache.cross),
+      cross_mask=None if cache.cross_mask is None else named(
+          mesh, ("cache_batch", "length"), cache.cross_mask.shape))
+
+
+def batch_sharding(x, mesh: Mesh, batch: int) -> NamedSharding:
+  """Rows ([batch, ...] leaves) over 'data'; anything else replicated."""
+  shape = np.shape(x)
+  if shape and shape[0] == batch:
+    return named(mesh, ("batch",) + (None,) * (len(shape) - 1), shape)
+  return NamedSharding(mesh, PartitionSpec())
+
+
+def args_shardings(args, mesh: Mesh):
+  """Shardings of decode ``args = (q_params, p_params, batch)``."""
+  q_params, p_params, batch = args
+  b = batch.prompt.shape[0]
+  return (param_shardings(q_params, mesh) if q_params else q_params,
+          param_shardings(p_params, mesh) if p_params else p_params,
+          jax.tree.map(lambda x: batch_sharding(x, mesh, b), batch))
+
+
+def state_shardings(state, mesh: Mesh):
+  """Shardings of a decode-loop state (KV caches by their logical axes,
+  per-row fields over 'data', scalars replicated)."""
+  from specdec_jax.models.cache import KVCache  # pylint: disable=g-import-not-at-top
+  batch = _batch_size(state)
+
+  def one(x):
+    if isinstance(x, KVCache):
+      return cache_shardings(x, mesh)
+    return batch_sharding(x, mesh, batch)
+
+  return jax.tree.map(one, state, is_leaf=lambda x: isinstance(x, KVCache))
+
+
+def _batch_size(state) -> int:
+  """The batch size of a loop state: the length of its ``done`` flags."""
+  for node in (state, getattr(state, "ar", None)):
+    if node is not None and hasattr(node, "done"):
+      return int(node.done.shape[0])
+  raise ValueError("cannot find the batch size of this loop state (no "
+                   "'done' field)")

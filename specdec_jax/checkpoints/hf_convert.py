@@ -8,7 +8,8 @@ Gemma einsum layouts.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import functools
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -18,14 +19,26 @@ from specdec_jax.models.t5 import T5Config
 
 StateDict = dict[str, np.ndarray]
 
+# A conversion rule: (destination name, source names, fn(*sources) -> array).
+# The ``*_rules_*`` functions list one rule per destination tensor, so a
+# checkpoint can be converted one tensor at a time (see ``apply_rules``).
+Rule = tuple[str, tuple[str, ...], Callable[..., np.ndarray]]
+
+# HF tensors that are tied copies of another one: {copy: original}. HF's
+# save_pretrained omits them and from_pretrained re-ties them.
+T5_HF_TIED = {"encoder.embed_tokens.weight": "shared.weight",
+              "decoder.embed_tokens.weight": "shared.weight"}
+GEMMA_HF_TIED = {"lm_head.weight": "model.embed_tokens.weight"}
+
 
 def _np(x) -> np.ndarray:
   return np.asarray(x)
 
 
-def _get(sd: Mapping[str, Any], name: str) -> np.ndarray:
+def _get(sd: Mapping[str, Any], name: str,
+         what: str = "HF checkpoint") -> np.ndarray:
   if name not in sd:
-    raise ValueError(f"HF checkpoint is missing tensor '{name}'")
+    raise ValueError(f"{what} is missing tensor '{name}'")
   return _np(sd[name])
 
 
@@ -171,24 +184,61 @@ def _t5_pairs(cfg: T5Config):
                f"{hf}.{mlp_idx}.DenseReluDense.{w}.weight", True)
 
 
+def _same(w: np.ndarray) -> np.ndarray:
+  return w
+
+
+def _transposed(w: np.ndarray) -> np.ndarray:
+  return w.T
+
+
+def _contiguous(w: np.ndarray) -> np.ndarray:
+  return np.ascontiguousarray(w)
+
+
+def _contiguous_t(w: np.ndarray) -> np.ndarray:
+  return np.ascontiguousarray(w.T)
+
+
+def t5_rules_from_hf(cfg: T5Config) -> list[Rule]:
+  """One :data:`Rule` per T5 leaf: (our path, (HF name,), HF tensor -> leaf)."""
+  return [(ours, (hf,), _transposed if transpose else _same)
+          for ours, hf, transpose in _t5_pairs(cfg)]
+
+
+def t5_rules_to_hf(cfg: T5Config) -> list[Rule]:
+  """One :data:`Rule` per HF T5 tensor: (HF name, (our path,), leaf -> tensor).
+
+  Tied copies (:data:`T5_HF_TIED`) are not listed.
+  """
+  return [(hf, (ours,), _contiguous_t if transpose else _contiguous)
+          for ours, hf, transpose in _t5_pairs(cfg)]
+
+
+def apply_rules(rules: list[Rule], source: Mapping[str, Any],
+                what: str = "HF checkpoint") -> dict[str, np.ndarray]:
+  """{destination: fn(*sources)} for every rule, sources read from ``source``.
+
+  ``source`` may be any Mapping (e.g. one that reads tensors lazily); each
+  rule reads only its own sources, so a generator over the rules converts a
+  checkpoint one tensor at a time.
+  """
+  out = {}
+  for dest, names, fn in rules:
+    out[dest] = fn(*(_get(source, n, what) for n in names))
+  return out
+
+
 def t5_params_from_hf(sd: Mapping[str, Any], cfg: T5Config) -> dict:
   """HF T5ForConditionalGeneration state dict -> our nested params."""
-  flat = {}
-  for ours, hf, transpose in _t5_pairs(cfg):
-    w = _get(sd, hf)
-    flat[ours] = w.T if transpose else w
-  return unflatten_params(flat)
+  return unflatten_params(apply_rules(t5_rules_from_hf(cfg), sd))
 
 
 def t5_params_to_hf(params: Mapping[str, Any], cfg: T5Config) -> StateDict:
   """Our T5 params -> HF T5ForConditionalGeneration state dict (untied head)."""
-  flat = flatten_params(params)
-  sd: StateDict = {}
-  for ours, hf, transpose in _t5_pairs(cfg):
-    w = _np(flat[ours])
-    sd[hf] = np.ascontiguousarray(w.T if transpose else w)
-  sd["encoder.embed_tokens.weight"] = sd["shared.weight"]
-  sd["decoder.embed_tokens.weight"] = sd["shared.weight"]
+  sd = apply_rules(t5_rules_to_hf(cfg), flatten_params(params), "params")
+  for alias, name in T5_HF_TIED.items():
+    sd[alias] = sd[name]
   return sd
 
 
@@ -209,54 +259,94 @@ def _gemma_norms(cfg: GemmaConfig):
           ("pre_ffw_norm", "post_attention_layernorm")]
 
 
-def gemma_params_from_hf(sd: Mapping[str, Any], cfg: GemmaConfig) -> dict:
-  """HF Gemma/Gemma2ForCausalLM state dict -> our nested params."""
+def _in_proj(w: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+  """HF [out, in] weight -> our kernel of ``shape`` (inputs first)."""
+  return w.T.reshape(shape)
+
+
+def _stacked_in_proj(a: np.ndarray, b: np.ndarray,
+                     shape: tuple[int, ...]) -> np.ndarray:
+  """Two HF [out, in] weights -> our kernel [in, 2, *out] (axis 1 stacks)."""
+  return np.stack([a.T.reshape(shape), b.T.reshape(shape)], axis=1)
+
+
+def _out_proj(w: np.ndarray, part: int | None, rows: int) -> np.ndarray:
+  """Our kernel (or its ``[:, part]`` slice) -> HF [out, in] weight."""
+  if part is not None:
+    w = w[:, part]
+  return np.ascontiguousarray(w.reshape(rows, -1).T)
+
+
+def gemma_rules_from_hf(cfg: GemmaConfig) -> list[Rule]:
+  """One :data:`Rule` per Gemma leaf: (our path, HF names, tensors -> leaf)."""
   n, k, d, h = cfg.num_heads, cfg.num_kv_heads, cfg.d_model, cfg.head_dim
   f = cfg.mlp_dim
-  flat = {"embedder/input_embedding": _get(sd, "model.embed_tokens.weight"),
-          "final_norm/scale": _get(sd, "model.norm.weight")}
+  rules: list[Rule] = [
+      ("embedder/input_embedding", ("model.embed_tokens.weight",), _same),
+      ("final_norm/scale", ("model.norm.weight",), _same)]
   for i in range(cfg.num_layers):
     hf, ours = f"model.layers.{i}", f"layer_{i}"
     attn = f"{hf}.self_attn"
-    flat[f"{ours}/attn/q/kernel"] = _get(sd, f"{attn}.q_proj.weight").T.reshape(
-        d, n, h)
-    kk = _get(sd, f"{attn}.k_proj.weight").T.reshape(d, k, h)
-    v = _get(sd, f"{attn}.v_proj.weight").T.reshape(d, k, h)
-    flat[f"{ours}/attn/kv/kernel"] = np.stack([kk, v], axis=1)  # [d, 2, K, H]
-    flat[f"{ours}/attn/out/kernel"] = _get(
-        sd, f"{attn}.o_proj.weight").T.reshape(n, h, d)
-    gate = _get(sd, f"{hf}.mlp.gate_proj.weight").T  # [d, F]
-    up = _get(sd, f"{hf}.mlp.up_proj.weight").T
-    flat[f"{ours}/mlp/gating/kernel"] = np.stack([gate, up], axis=1)
-    flat[f"{ours}/mlp/linear/kernel"] = _get(
-        sd, f"{hf}.mlp.down_proj.weight").T.reshape(f, d)
-    for our_norm, hf_norm in _gemma_norms(cfg):
-      flat[f"{ours}/{our_norm}/scale"] = _get(sd, f"{hf}.{hf_norm}.weight")
-  return unflatten_params(flat)
+    rules += [
+        (f"{ours}/attn/q/kernel", (f"{attn}.q_proj.weight",),
+         functools.partial(_in_proj, shape=(d, n, h))),
+        (f"{ours}/attn/kv/kernel",
+         (f"{attn}.k_proj.weight", f"{attn}.v_proj.weight"),
+         functools.partial(_stacked_in_proj, shape=(d, k, h))),
+        (f"{ours}/attn/out/kernel", (f"{attn}.o_proj.weight",),
+         functools.partial(_in_proj, shape=(n, h, d))),
+        (f"{ours}/mlp/gating/kernel",
+         (f"{hf}.mlp.gate_proj.weight", f"{hf}.mlp.up_proj.weight"),
+         functools.partial(_stacked_in_proj, shape=(d, f))),
+        (f"{ours}/mlp/linear/kernel", (f"{hf}.mlp.down_proj.weight",),
+         functools.partial(_in_proj, shape=(f, d)))]
+    rules += [(f"{ours}/{our_norm}/scale", (f"{hf}.{hf_norm}.weight",), _same)
+              for our_norm, hf_norm in _gemma_norms(cfg)]
+  return rules
+
+
+def gemma_rules_to_hf(cfg: GemmaConfig) -> list[Rule]:
+  """One :data:`Rule` per HF Gemma tensor: (HF name, our paths, -> tensor).
+
+  The tied ``lm_head.weight`` (:data:`GEMMA_HF_TIED`) is not listed.
+  """
+  d = cfg.d_model
+  rules: list[Rule] = [
+      ("model.embed_tokens.weight", ("embedder/input_embedding",), _same),
+      ("model.norm.weight", ("final_norm/scale",), _same)]
+  for i in range(cfg.num_layers):
+    hf, ours = f"model.layers.{i}", f"layer_{i}"
+    attn = f"{hf}.self_attn"
+    kv, gating = f"{ours}/attn/kv/kernel", f"{ours}/mlp/gating/kernel"
+    rules += [
+        (f"{attn}.q_proj.weight", (f"{ours}/attn/q/kernel",),
+         functools.partial(_out_proj, part=None, rows=d)),
+        (f"{attn}.k_proj.weight", (kv,),
+         functools.partial(_out_proj, part=0, rows=d)),
+        (f"{attn}.v_proj.weight", (kv,),
+         functools.partial(_out_proj, part=1, rows=d)),
+        (f"{attn}.o_proj.weight", (f"{ours}/attn/out/kernel",),
+         functools.partial(_out_proj, part=None,
+                           rows=cfg.num_heads * cfg.head_dim)),
+        (f"{hf}.mlp.gate_proj.weight", (gating,),
+         functools.partial(_out_proj, part=0, rows=d)),
+        (f"{hf}.mlp.up_proj.weight", (gating,),
+         functools.partial(_out_proj, part=1, rows=d)),
+        (f"{hf}.mlp.down_proj.weight", (f"{ours}/mlp/linear/kernel",),
+         _contiguous_t)]
+    rules += [(f"{hf}.{hf_norm}.weight", (f"{ours}/{our_norm}/scale",), _same)
+              for our_norm, hf_norm in _gemma_norms(cfg)]
+  return rules
+
+
+def gemma_params_from_hf(sd: Mapping[str, Any], cfg: GemmaConfig) -> dict:
+  """HF Gemma/Gemma2ForCausalLM state dict -> our nested params."""
+  return unflatten_params(apply_rules(gemma_rules_from_hf(cfg), sd))
 
 
 def gemma_params_to_hf(params: Mapping[str, Any], cfg: GemmaConfig) -> StateDict:
   """Our Gemma params -> HF Gemma/Gemma2ForCausalLM state dict."""
-  flat = {p: _np(v) for p, v in flatten_params(params).items()}
-  n, k, d, h = cfg.num_heads, cfg.num_kv_heads, cfg.d_model, cfg.head_dim
-  c = np.ascontiguousarray
-  sd: StateDict = {"model.embed_tokens.weight": flat["embedder/input_embedding"],
-                   "model.norm.weight": flat["final_norm/scale"]}
-  sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
-  for i in range(cfg.num_layers):
-    hf, ours = f"model.layers.{i}", f"layer_{i}"
-    attn = f"{hf}.self_attn"
-    sd[f"{attn}.q_proj.weight"] = c(
-        flat[f"{ours}/attn/q/kernel"].reshape(d, n * h).T)
-    kv = flat[f"{ours}/attn/kv/kernel"]  # [d, 2, K, H]
-    sd[f"{attn}.k_proj.weight"] = c(kv[:, 0].reshape(d, k * h).T)
-    sd[f"{attn}.v_proj.weight"] = c(kv[:, 1].reshape(d, k * h).T)
-    sd[f"{attn}.o_proj.weight"] = c(
-        flat[f"{ours}/attn/out/kernel"].reshape(n * h, d).T)
-    gating = flat[f"{ours}/mlp/gating/kernel"]  # [d, 2, F]
-    sd[f"{hf}.mlp.gate_proj.weight"] = c(gating[:, 0].T)
-    sd[f"{hf}.mlp.up_proj.weight"] = c(gating[:, 1].T)
-    sd[f"{hf}.mlp.down_proj.weight"] = c(flat[f"{ours}/mlp/linear/kernel"].T)
-    for our_norm, hf_norm in _gemma_norms(cfg):
-      sd[f"{hf}.{hf_norm}.weight"] = flat[f"{ours}/{our_norm}/scale"]
+  sd = apply_rules(gemma_rules_to_hf(cfg), flatten_params(params), "params")
+  for alias, name in GEMMA_HF_TIED.items():
+    sd[alias] = sd[name]
   return sd

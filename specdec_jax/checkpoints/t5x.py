@@ -1,0 +1,423 @@
+"""T5X checkpoints: the legacy msgpack + TensorStore layout and Orbax.
+
+Legacy layout (t5x/checkpoints.py ``Checkpointer``, version 3), one directory
+per step::
+
+    checkpoint_<step>/checkpoint   msgpack (flax.serialization) of
+        {'version': 3, 'optimizer': {'target': params,
+                                     'state': {'step': int32,
+                                               'param_states': ...}}}
+    checkpoint_<step>/target.encoder.layers_0.attention.query.kernel/
+        one zarr TensorStore per partitioned array (.zarray + chunk files
+        '0.0', ...; gzip), named by its path with '/' -> '.'. The msgpack
+        holds the RELATIVE ts.Spec dict in the array's place:
+        {'driver': 'zarr', 'dtype': 'float32',
+         'kvstore': {'driver': 'file', 'path': 'target.encoder...kernel/'},
+         'metadata': {'chunks': [...], 'compressor': {'id': 'gzip',
+                      'level': 1}, 'shape': [...]}}
+
+Unpartitioned leaves (the step, small optimizer states) are inline in the
+msgpack. GCS checkpoints name the kvstore {'driver': 'gcs', 'bucket':
+'t5x-dummy-bucket'}; on reading, the driver, bucket and directory always come
+from where the checkpoint is read, so checkpoints can be moved and gs://
+paths go straight to TensorStore.
+
+Orbax layout (t5x ``OrbaxCheckpointManagerInterface``): ``checkpoint_<step>/
+state/`` is a ``PyTreeCheckpointHandler(use_ocdbt=True)`` item (marked by its
+``_METADATA`` file) holding {'target': params, 'state': {'step', ...}}.
+
+TF layout (Mesh TensorFlow: a ``checkpoint`` text file starting with
+``model_checkpoint_path``): not read here; convert it with t5x first.
+
+Our T5 parameter names are t5x's, so a ``target`` tree loads as is.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import math
+import os
+import posixpath
+import re
+import shutil
+import time
+from typing import Any, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tensorstore as ts
+from etils import epath
+from flax import serialization
+
+from specdec_jax import models
+from specdec_jax.checkpoints import loader
+from specdec_jax.models import T5Model
+
+VERSION = 3
+CHUNK_BYTES = 64 * 1024 * 1024  # t5x's desired TensorStore chunk size
+DUMMY_BUCKET = "t5x-dummy-bucket"
+_TF_MAGIC = b"model_checkpoint_path"
+_SPEC_KEYS = frozenset({"driver", "kvstore", "metadata"})
+_CONTEXT = ts.Context({"file_io_concurrency": {"limit": 128}})
+
+
+# ----------------------------------------------------------------------------
+# Finding and detecting checkpoints
+# ----------------------------------------------------------------------------
+
+
+def _file_kind(file: epath.Path) -> str:
+  with file.open("rb") as f:
+    return "t5x_tf" if f.read(len(_TF_MAGIC)) == _TF_MAGIC else "t5x"
+
+
+def locate_t5x(path: str) -> tuple[str, str]:
+  """Finds the checkpoint at ``path`` (as t5x's ``find_checkpoint`` does).
+
+  Args:
+    path: a step directory, its ``checkpoint`` file, an Orbax item directory,
+      or a model directory (its highest ``checkpoint_<step>`` is used).
+
+  Returns:
+    ('t5x' | 't5x_tf', the msgpack / text file) or ('orbax', the directory
+    holding ``_METADATA``).
+  """
+  p = epath.Path(path)
+  if not p.exists():
+    raise ValueError(f"checkpoint path {str(path)!r} does not exist")
+  if not p.is_dir():
+    return _file_kind(p), str(p)
+  for d in (p, p / "state", p / "default"):
+    if (d / "_METADATA").exists():
+      return "orbax", str(d)
+  for f in (p / "checkpoint", p / "state" / "checkpoint"):
+    if f.is_file():
+      return _file_kind(f), str(f)
+  steps = []
+  for child in p.iterdir():
+    m = re.fullmatch(r"checkpoint_(\d+)", child.name)
+    if m and child.is_dir():
+      steps.append((int(m.group(1)), str(child)))
+  if steps:
+    return locate_t5x(max(steps)[1])
+  if not any(True for _ in p.iterdir()):
+    raise ValueError(f"checkpoint directory {str(path)!r} is empty")
+  raise ValueError(f"no checkpoint in {str(path)!r}: expected a 'checkpoint' "
+                   f"msgpack file, an Orbax '_METADATA' (possibly under "
+                   f"state/), or checkpoint_<step> subdirectories")
+
+
+def detect_t5x_format(path: str) -> str:
+  """'t5x' (legacy msgpack), 'orbax' or 't5x_tf' (see :func:`locate_t5x`)."""
+  return locate_t5x(path)[0]
+
+
+def _tf_error(path) -> ValueError:
+  return ValueError(
+      f"{str(path)!r} is a TensorFlow (Mesh TensorFlow) T5 checkpoint, which "
+      f"is not supported: convert it to a T5X checkpoint first (t5x "
+      f"scripts/convert_tf_checkpoint.py), then load that")
+
+
+# ----------------------------------------------------------------------------
+# Reading
+# ----------------------------------------------------------------------------
+
+
+def _is_spec(x: Any) -> bool:
+  return isinstance(x, Mapping) and _SPEC_KEYS <= set(x)
+
+
+def _read_msgpack(file: str) -> dict:
+  """The optimizer state dict of a legacy msgpack file (specs not opened)."""
+  raw = epath.Path(file).read_bytes()
+  try:
+    contents = serialization.msgpack_restore(raw)
+  except Exception as e:  # msgpack raises several error types
+    raise ValueError(f"{file!r} is not a valid T5X msgpack checkpoint ({e}); "
+                     f"the file is truncated or corrupt") from None
+  if not isinstance(contents, dict):
+    raise ValueError(f"{file!r} is not a T5X msgpack checkpoint (it holds a "
+                     f"{type(contents).__name__})")
+  version = contents.get("version", 0)
+  if version == 0:  # a plain Flax checkpoint: the state dict itself
+    return contents
+  if version < 2 or "optimizer" not in contents:
+    raise ValueError(f"{file!r}: T5X checkpoint version {version} without a "
+                     f"readable 'optimizer' is not supported")
+  return contents["optimizer"]
+
+
+def _subtree(tree: Mapping, subtree: str, where: str):
+  node, parts = tree, subtree.strip("/").split("/")
+  for i, key in enumerate(parts):
+    if not isinstance(node, Mapping) or _is_spec(node) or key not in node:
+      found = sorted(node) if isinstance(node, Mapping) else []
+      raise ValueError(f"checkpoint {where!r} has no subtree {subtree!r}: "
+                       f"no '{key}' under '{'/'.join(parts[:i]) or '/'}' "
+                       f"(found {found})")
+    node = node[key]
+  if not isinstance(node, Mapping) or _is_spec(node):
+    raise ValueError(f"subtree {subtree!r} of checkpoint {where!r} is one "
+                     f"array, not a parameter tree")
+  return node
+
+
+def _walk(tree: Mapping, prefix: str = ""):
+  """(path, spec dict or inline value) of every leaf, sorted."""
+  for key in sorted(tree):
+    val, path = tree[key], f"{prefix}/{key}" if prefix else str(key)
+    if isinstance(val, Mapping) and not _is_spec(val):
+      yield from _walk(val, path)
+    elif val is not None:
+      yield path, val
+
+
+def absolute_spec(spec: Mapping, step_dir: str, read: bool = True) -> dict:
+  """The relative ts.Spec dict of the msgpack -> one TensorStore can open.
+
+  The kvstore (file, gfile or gcs; the path in the kvstore or, in old specs,
+  at the top level) is rebuilt from ``step_dir``: a local directory or
+  ``gs://bucket/dir``. For reading, chunks and compressor are dropped so the
+  ``.zarray`` decides (as t5x does) while shape and dtype stay checked.
+  """
+  spec = copy.deepcopy(dict(spec))
+  rel = spec.get("kvstore", {}).get("path", spec.get("path"))
+  if rel is None:
+    raise ValueError(f"TensorStore spec without a path: {spec}")
+  spec.pop("path", None)
+  m = re.fullmatch(r"gs://([^/]+)/?(.*)", str(step_dir), re.DOTALL)
+  if m:
+    spec["kvstore"] = {"driver": "gcs", "bucket": m.group(1),
+                       "path": posixpath.join(m.group(2), rel)}
+  else:
+    spec["kvstore"] = {"driver": "file", "path": os.path.join(step_dir, rel)}
+  if read:
+    spec["metadata"] = {k: v for k, v in spec.get("metadata", {}).items()
+                        if k not in ("chunks", "compressor")}
+  return spec
+
+
+def _open(spec: dict):
+  """Opens a zarr array; missing chunk files are errors, not zeros."""
+  store = ts.open({**spec, "fill_missing_data_reads": False}, open=True,
+                  read=True, context=_CONTEXT).result()
+  if store.fill_value is not None:  # explicit fill value: chunks may be absent
+    store = ts.open(spec, open=True, read=True, context=_CONTEXT).result()
+  return store
+
+
+def _zarr_leaf(path: str, spec: Mapping, step_dir: str) -> loader.Leaf:
+  abs_spec = absolute_spec(spec, step_dir)
+  store = functools.cache(lambda: _open(abs_spec))
+  meta = abs_spec.get("metadata", {})
+  dtype = abs_spec.get("dtype") or meta.get("dtype")
+  dtype = np.dtype(jnp.dtype(dtype)) if dtype else store().dtype.numpy_dtype
+  shape = tuple(meta["shape"]) if "shape" in meta else store().shape
+
+  def read(dt, index):
+    s = store()
+    if dt is not None and s.dtype.numpy_dtype != dt:
+      s = ts.cast(s, np.dtype(dt).name)
+    return (s if index is None else s[index]).read().result()
+
+  return loader.Leaf(path=path, shape=shape, dtype=dtype, read=read,
+                     sliced=True,
+                     source=f"zarr array {abs_spec['kvstore']['path']!r}")
+
+
+def _inline_leaf(path: str, value) -> loader.Leaf:
+  arr = np.asarray(value)
+  return loader.Leaf(path=path, shape=arr.shape, dtype=arr.dtype,
+                     read=lambda dt, index: arr,
+                     source="an array inline in the msgpack")
+
+
+def t5x_leaves(path: str, subtree: str = "target") -> list[loader.Leaf]:
+  """The leaves of ``subtree`` of a T5X checkpoint (legacy or Orbax)."""
+  kind, where = locate_t5x(path)
+  if kind == "t5x_tf":
+    raise _tf_error(path)
+  if kind == "orbax":
+    reader = loader.OrbaxReader(where)
+    prefix = tuple(subtree.strip("/").split("/"))
+    _subtree(reader.tree, subtree, where)
+    return [reader.leaf("/".join(keys[len(prefix):]), keys)
+            for keys, _ in loader.orbax_leaves(reader.metadata(prefix),
+                                               prefix)]
+  step_dir = os.path.dirname(where)
+  tree = _subtree(_read_msgpack(where), subtree, where)
+  return [_zarr_leaf(p, v, step_dir) if _is_spec(v) else _inline_leaf(p, v)
+          for p, v in _walk(tree)]
+
+
+def load_t5x_tree(path: str, dtype=None, subtree: str = "target") -> dict:
+  """The whole tree under ``subtree`` (default 'target') as numpy arrays.
+
+  Args:
+    path: checkpoint (see :func:`locate_t5x`), legacy or Orbax.
+    dtype: cast floating-point leaves to this dtype (None: as stored).
+    subtree: '/'-separated path in the checkpoint's state dict.
+
+  Returns:
+    Nested dict of np.ndarray (e.g. {'draft': ..., 'target': ...} for a
+    merged two-model checkpoint).
+  """
+  dt = loader.target_dtype(dtype)
+  flat = {}
+  for leaf in t5x_leaves(path, subtree):
+    cast = dt if jnp.issubdtype(leaf.dtype, jnp.floating) else None
+    flat[leaf.path] = loader.read_leaf(leaf, cast, f"checkpoint {path!r}")
+  return models.unflatten_params(flat)
+
+
+def load_t5x(path: str, model, dtype="bfloat16",
+             sharding: loader.ShardingArg = None, subtree: str = "target",
+             progress: bool | None = None) -> dict:
+  """Restores the T5 parameters of a T5X checkpoint (legacy or Orbax).
+
+  Args:
+    path: checkpoint (see :func:`locate_t5x`); gs:// is passed through.
+    model: the T5Model (or its preset name) the checkpoint holds.
+    dtype: dtype of the restored leaves; None keeps the stored dtype.
+    sharding: None, a Sharding, or fn(path, shape) -> Sharding.
+    subtree: the parameters' place in the state dict: 'target', or e.g.
+      'target/draft' in a merged two-model checkpoint.
+    progress: progress bar (None: automatic above ~200 MB).
+
+  Returns:
+    Nested parameter dict of jax.Arrays, read leaf by leaf.
+  """
+  model = loader.resolve_model(model)
+  if not isinstance(model, T5Model):
+    raise ValueError(f"T5X checkpoints hold T5 models, got "
+                     f"{type(model).__name__}")
+  source = str(path) if subtree == "target" else f"{path}:{subtree}"
+  return loader.restore(t5x_leaves(path, subtree), model, dtype=dtype,
+                        sharding=sharding, progress=progress, source=source)
+
+
+# ----------------------------------------------------------------------------
+# Writing
+# ----------------------------------------------------------------------------
+
+
+def chunk_shape(shape: tuple[int, ...], max_elements: int) -> list[int]:
+  """t5x's TensorStore chunk: the largest divisor-shaped block of at most
+  ``max_elements`` elements, shrinking the largest dimension first."""
+  divisors = [[d for d in range(1, max(n, 1) + 1) if max(n, 1) % d == 0]
+              for n in shape]
+  while math.prod(d[-1] for d in divisors) > max_elements:
+    i = max(range(len(shape)), key=lambda j: divisors[j][-1])
+    divisors[i].pop()
+  return [d[-1] for d in divisors]
+
+
+def relative_spec(name: str, arr: np.ndarray, gcs: bool = False) -> dict:
+  """The ts.Spec dict t5x stores in the msgpack for array ``name``.
+
+  Args:
+    name: '/'-joined path in the state dict, e.g. 'target/encoder/...'.
+    arr: the array (its shape and dtype).
+    gcs: the checkpoint is written to gs:// (dummy-bucket gcs kvstore).
+  """
+  dtype = np.dtype(arr.dtype)
+  metadata = {"compressor": {"id": "gzip"}, "shape": list(arr.shape),
+              "chunks": chunk_shape(arr.shape, CHUNK_BYTES // dtype.itemsize)}
+  spec = {"driver": "zarr", "dtype": jnp.dtype(dtype).name,
+          "metadata": metadata}
+  if gcs:
+    spec.update(kvstore={"driver": "gcs", "bucket": DUMMY_BUCKET},
+                path=name.replace("/", "."))
+  else:
+    spec["kvstore"] = {"driver": "file", "path": name.replace("/", ".")}
+  return ts.Spec(spec).to_json()
+
+
+def _host(x, dtype) -> np.ndarray:
+  arr = np.asarray(x)
+  return arr.astype(dtype) if dtype is not None and arr.dtype != dtype else arr
+
+
+def save_t5x(path: str, target: Mapping, step: int = 0,
+             layout: str = "legacy", dtype=None) -> None:
+  """Writes a T5X checkpoint directory (what t5x writes as checkpoint_<step>).
+
+  The checkpoint holds ``target`` and the step but no optimizer state
+  (``param_states`` is empty).
+
+  Args:
+    path: the step directory to create, e.g. '/out/checkpoint_1000' (must
+      not exist or be empty); gs:// is passed through to TensorStore.
+    target: nested dict of arrays: our params, or {'draft': ..., 'target':
+      ...} for a merged two-model checkpoint.
+    step: training step recorded in the checkpoint.
+    layout: 'legacy' (msgpack + one zarr TensorStore per array, written
+      leaf by leaf) or 'orbax' (``state/``, PyTreeCheckpointHandler with
+      OCDBT, as t5x's OrbaxCheckpointManagerInterface).
+    dtype: cast the target arrays to this dtype (None: keep theirs; t5x
+      itself saves float32).
+  """
+  if layout not in ("legacy", "orbax"):
+    raise ValueError(f"layout must be 'legacy' or 'orbax', got {layout!r}")
+  if not isinstance(target, Mapping) or not target:
+    raise ValueError("target must be a non-empty nested dict of arrays")
+  dt = loader.target_dtype(dtype)
+  p = epath.Path(path)
+  if p.exists():
+    if not p.is_dir() or any(True for _ in p.iterdir()):
+      raise ValueError(f"{str(path)!r} already exists; T5X checkpoints are "
+                       f"written once (remove it or pick another step dir)")
+    p.rmdir()
+  if layout == "orbax":
+    _save_orbax(str(path), target, step, dt)
+  else:
+    _save_legacy(str(path), target, step, dt)
+
+
+def _save_legacy(path: str, target: Mapping, step: int, dtype) -> None:
+  gcs = path.startswith("gs://")
+  final = path.rstrip("/")
+  tmp = final if gcs else f"{final}.tmp-{int(time.time())}"
+  epath.Path(tmp).mkdir(parents=True, exist_ok=True)
+  written = {}
+  try:
+    for name, leaf in models.flatten_params(target).items():
+      arr = _host(leaf, dtype)
+      spec = relative_spec(f"target/{name}", arr, gcs)
+      store = ts.open(absolute_spec(spec, tmp, read=False), create=True,
+                      open=True, context=_CONTEXT).result()
+      store.write(arr).result()
+      written[name] = spec
+    contents = {"version": VERSION, "optimizer": {
+        "target": models.unflatten_params(written),
+        "state": {"step": np.int32(step), "param_states": {}}}}
+    (epath.Path(tmp) / "checkpoint").write_bytes(
+        serialization.msgpack_serialize(contents))
+  except BaseException:
+    if not gcs:
+      shutil.rmtree(tmp, ignore_errors=True)
+    raise
+  if tmp != final:
+    os.replace(tmp, final)
+
+
+def _save_orbax(path: str, target: Mapping, step: int, dtype) -> None:
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  tree = {"target": dict(target),
+          "state": {"step": np.int32(step), "param_states": {}}}
+  save_args = {"target": jax.tree.map(lambda _: ocp.SaveArgs(dtype=dtype),
+                                      tree["target"]),
+               "state": {"step": ocp.SaveArgs(), "param_states": {}}}
+  handler = ocp.CompositeCheckpointHandler(
+      state=ocp.PyTreeCheckpointHandler(use_ocdbt=True))
+  with ocp.Checkpointer(handler) as ckptr:
+    ckptr.save(path, args=ocp.args.Composite(
+        state=ocp.args.PyTreeSave(tree, save_args=save_args)))
+
+
+__all__ = ["absolute_spec", "chunk_shape", "detect_t5x_format", "load_t5x",
+           "load_t5x_tree", "locate_t5x", "relative_spec", "save_t5x",
+           "t5x_leaves"]
