@@ -1,11 +1,14 @@
 """Helpers shared by the checkpoint tests."""
 
+import functools
+
 import jax
 import numpy as np
 
 from specdec_jax import models
 
 
+@functools.lru_cache(maxsize=None)
 def tiny(name, seed=0, **overrides):
   """(model, random params) of a tiny preset, norm scales included, without
   flax init (fast). Shared by the checkpoint tests."""

@@ -1,7 +1,6 @@
 """checkpoints.load / save: format detection, model argument, leaf-by-leaf
 restore, sharding, progress bar and argument errors."""
 
-import functools
 import json
 import os
 import subprocess
@@ -17,7 +16,6 @@ from specdec_jax import checkpoints, models
 from specdec_jax.checkpoints import loader
 
 
-@functools.lru_cache(maxsize=None)
 @pytest.mark.parametrize("fmt,name", [
     ("native", "gemma2_tiny"), ("hf", "t5_tiny"), ("hf", "gemma_tiny"),
     ("t5x", "t5_tiny"), ("t5x_orbax", "t5_tiny"), ("gemma", "gemma2_tiny")])
