@@ -74,6 +74,22 @@ def sampling_spec(temperature: float = 0.0, top_k=None, top_p=None):
 
 
 @gin.configurable
+def plan_spec(topologies=("v4-8", "v4-16", "v4-32"), batches=(1, 8, 32),
+              dtype: str = "bfloat16", output_dir: str | None = None):
+  """The memory plan (mode 'plan'): per-chip bytes on TPU v4 slices."""
+  from specdec_jax import plan  # pylint: disable=g-import-not-at-top
+  rows = plan.memory_plan(topologies=tuple(topologies),
+                          batches=tuple(batches), dtype=dtype)
+  table = plan.format_plan(rows)
+  print(table)
+  if output_dir and runs.is_writer():
+    os.makedirs(output_dir, exist_ok=True)
+    with open(os.path.join(output_dir, "memory_plan.md"), "w") as f:
+      f.write(table + "\n")
+  return rows
+
+
+@gin.configurable
 def run(mode: str | None = None, drafter=None, verifier=None, method=None,
         sampling=None, gamma: int = 5, max_new_tokens: int = 64,
         batch_size: int = 8, input_file: str | None = None,
@@ -94,6 +110,8 @@ def run(mode: str | None = None, drafter=None, verifier=None, method=None,
     print(runs.format_table(list(summary), [list(summary.values())]),
           file=sys.stderr)
     return rows
+  if mode == "plan":
+    return plan_spec()
   raise ValueError(f"mode {mode!r} is not available in this build")
 
 
@@ -155,14 +173,21 @@ def parse_gin(files: Sequence[str], bindings: Sequence[str],
 
 
 def main(argv: Sequence[str]) -> None:
-  """Runs the configured mode (flags already parsed)."""
+  """Runs the configured mode (flags already parsed).
+
+  The mode comes from a positional argument (``... main plan``), --mode or
+  the gin binding ``run.mode``, in that order.
+  """
+  mode = _MODE.value
+  if len(argv) > 1 and argv[1] in MODES:
+    mode, argv = argv[1], argv[:1] + argv[2:]
   if len(argv) > 1:
-    raise ValueError(f"unexpected arguments: {' '.join(argv[1:])} (flags "
-                     f"are --gin_file, --gin_bindings, --gin.KEY=VALUE, "
-                     f"--gin_search_paths, --mode)")
+    raise ValueError(f"unexpected arguments: {' '.join(argv[1:])} (usage: "
+                     f"specdec_jax [MODE] --gin_file=... --gin.KEY=VALUE; "
+                     f"modes: {', '.join(MODES)})")
   _maybe_initialize_distributed()
   parse_gin(_GIN_FILES.value, _GIN_BINDINGS.value, _GIN_SEARCH_PATHS.value)
-  run(**({"mode": _MODE.value} if _MODE.value else {}))
+  run(**({"mode": mode} if mode else {}))
 
 
 def _one_line(e: BaseException) -> str:

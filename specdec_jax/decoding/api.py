@@ -26,7 +26,7 @@ import numpy as np
 
 from specdec_jax.decoding import sampling as sampling_lib
 from specdec_jax.decoding.speculative import LoopConfig, capacity
-from specdec_jax.decoding.state import Request
+from specdec_jax.decoding.state import Batch, Request
 from specdec_jax.models.interface import check_tokens
 
 PAD_TO = 16
@@ -151,6 +151,39 @@ def _per_row_tree(tree, batch: int, what: str):
   return jax.tree_util.tree_map_with_path(fix, tree, is_leaf=is_knob)
 
 
+def data_parallelism(mesh) -> int:
+  """Number of batch shards of ``mesh`` (its 'data' axis size)."""
+  return int(dict(mesh.shape).get("data", 1))
+
+
+def pad_batch(batch: Batch, multiple: int) -> Batch:
+  """Pads the rows of ``batch`` to a multiple of ``multiple``.
+
+  Padding rows are inert copies of row 0 with ``max_new_tokens = 0``: they
+  are finished before the first step, and their knobs are valid values (a
+  padded temperature of -1 would flip logits, a classic sharding bug).
+  """
+  b = batch.prompt.shape[0]
+  extra = -b % multiple
+  if not extra:
+    return batch
+  pad = lambda x: jnp.concatenate(
+      [x, jnp.broadcast_to(x[:1], (extra,) + x.shape[1:])], axis=0)
+  padded = jax.tree.map(pad, batch)
+  mnt = padded.req.max_new_tokens.at[b:].set(0)
+  ids = padded.req.request_id.at[b:].set(-1)
+  return padded.replace(req=padded.req.replace(max_new_tokens=mnt,
+                                               request_id=ids))
+
+
+def gather(x):
+  """A (possibly multi-host sharded) array as one host numpy array."""
+  if isinstance(x, jax.Array) and not x.is_fully_addressable:
+    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+    return multihost_utils.process_allgather(x, tiled=True)
+  return jax.device_get(x)
+
+
 def _check_vocab(drafter, verifier) -> None:
   if drafter.vocab_size != verifier.vocab_size:
     raise ValueError(
@@ -175,7 +208,7 @@ def generate(method, drafter, verifier, q_params, p_params, prompts=None, *,
              max_new_tokens: int | Sequence[int] = 32, seeds=0,
              request_ids=None, eos_id: int | None | str = "auto",
              pad_id: int = 0, max_cache_length: int | None = None,
-             on_nonfinite: str = "raise") -> DecodeResult:
+             on_nonfinite: str = "raise", mesh=None) -> DecodeResult:
   """Decodes a batch with ``method`` (see ``methods.py``).
 
   Args:
@@ -201,6 +234,10 @@ def generate(method, drafter, verifier, q_params, p_params, prompts=None, *,
       more (prompt + max_new_tokens + gamma + 2) is rejected.
     on_nonfinite: 'raise' (default) raises on NaN/inf logits; 'return'
       returns the result with ``finite`` flags instead.
+    mesh: optional ``jax.sharding.Mesh`` (``specdec_jax.sharding.make_mesh``):
+      parameters, caches and batch rows are partitioned by the logical-axis
+      rules; the batch is padded with inert rows to a multiple of the data
+      axis. Results are identical to the single-device run.
 
   Returns:
     DecodeResult.
@@ -286,13 +323,17 @@ def generate(method, drafter, verifier, q_params, p_params, prompts=None, *,
   req = Request(seed=jnp.asarray(seeds.astype(np.uint32)),
                 request_id=jnp.asarray(ids.astype(np.int32)),
                 max_new_tokens=jnp.asarray(max_new.astype(np.int32)))
-  out = method.run(drafter, verifier, q_params, p_params,
-                   jnp.asarray(prompt, jnp.int32), jnp.asarray(plen),
-                   None if inp is None else jnp.asarray(inp, jnp.int32), req,
-                   strategy, cfg)
-  out = jax.device_get(out)
+  batch_in = Batch(prompt=jnp.asarray(prompt, jnp.int32),
+                   prompt_len=jnp.asarray(plen),
+                   inputs=None if inp is None else jnp.asarray(inp, jnp.int32),
+                   req=req, strategy=strategy, method=method)
+  if mesh is not None:
+    batch_in = pad_batch(batch_in, data_parallelism(mesh))
+  out = batch_in.method.run(drafter, verifier, q_params, p_params, batch_in,
+                            cfg, mesh)
+  out = jax.tree.map(lambda x: np.asarray(gather(x))[:batch], out)
   res = DecodeResult(
-      tokens=np.asarray(out.tokens)[:, :buf], lengths=np.asarray(out.num_out),
+      tokens=out.tokens[:, :buf], lengths=out.num_out,
       drafted=np.asarray(out.stats.drafted),
       accepted=np.asarray(out.stats.accepted),
       verifier_calls=np.asarray(out.stats.verifier_calls),

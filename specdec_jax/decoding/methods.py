@@ -1,7 +1,9 @@
 """Decoding methods: which loop runs, with which target and knobs.
 
-A method is a small frozen pytree; its knobs (alpha, beta) are traced leaves.
-``run`` dispatches to one jitted loop. :func:`make_method` builds a method
+A method is a small frozen pytree; its knobs (alpha, beta) are traced leaves
+(the method object travels in ``batch.method``). ``run(drafter, verifier,
+q_params, p_params, batch, cfg, mesh=None)`` builds the method's loop
+program(s) and runs them (see ``program.py``). :func:`make_method` builds a method
 from a name and keyword knobs (the CLI and gin files use it).
 
     Speculative(target)       Alg. 4 with any target T(q, p) (SpecDecode,
@@ -19,9 +21,16 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 from flax import struct
 
+from specdec_jax.decoding import program as program_lib
 from specdec_jax.decoding import sequential, speculative, targets
+from specdec_jax.decoding.speculative import LoopOutput
+
+
+def _run(prog, q_params, p_params, batch, mesh) -> LoopOutput:
+  return program_lib.run_program(prog, (q_params, p_params, batch), mesh)
 
 
 @struct.dataclass
@@ -35,14 +44,16 @@ class Speculative:
   def greedy_only(self) -> bool:
     return isinstance(self.target, targets.GREEDY_ONLY)
 
+  def spec_target(self):
+    return self.target
+
   def validate(self) -> None:
     self.target.validate()
 
-  def run(self, drafter, verifier, q_params, p_params, prompt, prompt_len,
-          inputs, req, strategy, cfg):
-    return speculative.speculative_loop(
-        drafter, verifier, q_params, p_params, prompt, prompt_len, inputs,
-        req, strategy, self.target, None, cfg)
+  def run(self, drafter, verifier, q_params, p_params, batch, cfg,
+          mesh=None):
+    prog = speculative.speculative_program(drafter, verifier, cfg, False)
+    return _run(prog, q_params, p_params, batch, mesh)
 
 
 @struct.dataclass
@@ -61,16 +72,20 @@ class BiLD:
   uses_drafter: bool = struct.field(pytree_node=False, default=True)
   greedy_only: bool = struct.field(pytree_node=False, default=True)
 
+  def spec_target(self) -> targets.BiLDRollback:
+    return targets.BiLDRollback(self.alpha_rollback)
+
+  def spec_stop(self) -> speculative.FallbackStop:
+    return speculative.FallbackStop(self.alpha_fallback)
+
   def validate(self) -> None:
     targets._check_range("BiLD alpha_fallback", self.alpha_fallback, 0.0, 1.0)  # pylint: disable=protected-access
-    targets.BiLDRollback(self.alpha_rollback).validate()
+    self.spec_target().validate()
 
-  def run(self, drafter, verifier, q_params, p_params, prompt, prompt_len,
-          inputs, req, strategy, cfg):
-    return speculative.speculative_loop(
-        drafter, verifier, q_params, p_params, prompt, prompt_len, inputs,
-        req, strategy, targets.BiLDRollback(self.alpha_rollback),
-        speculative.FallbackStop(self.alpha_fallback), cfg)
+  def run(self, drafter, verifier, q_params, p_params, batch, cfg,
+          mesh=None):
+    prog = speculative.speculative_program(drafter, verifier, cfg, True)
+    return _run(prog, q_params, p_params, batch, mesh)
 
 
 @struct.dataclass
@@ -83,11 +98,10 @@ class TargetOnly:
   def validate(self) -> None:
     return None
 
-  def run(self, drafter, verifier, q_params, p_params, prompt, prompt_len,
-          inputs, req, strategy, cfg):
-    return sequential.autoregressive_loop(verifier, p_params, prompt,
-                                          prompt_len, inputs, req, strategy,
-                                          cfg, role="verifier")
+  def run(self, drafter, verifier, q_params, p_params, batch, cfg,
+          mesh=None):
+    prog = sequential.autoregressive_program(verifier, cfg, "verifier")
+    return _run(prog, q_params, p_params, batch, mesh)
 
 
 @struct.dataclass
@@ -100,11 +114,10 @@ class DrafterOnly:
   def validate(self) -> None:
     return None
 
-  def run(self, drafter, verifier, q_params, p_params, prompt, prompt_len,
-          inputs, req, strategy, cfg):
-    return sequential.autoregressive_loop(drafter, q_params, prompt,
-                                          prompt_len, inputs, req, strategy,
-                                          cfg, role="drafter")
+  def run(self, drafter, verifier, q_params, p_params, batch, cfg,
+          mesh=None):
+    prog = sequential.autoregressive_program(drafter, cfg, "drafter")
+    return _run(prog, q_params, p_params, batch, mesh)
 
 
 @struct.dataclass
@@ -121,12 +134,11 @@ class TokenCascade:
     if self.chunk < 1:
       raise ValueError(f"TokenCascade chunk must be >= 1, got {self.chunk}")
 
-  def run(self, drafter, verifier, q_params, p_params, prompt, prompt_len,
-          inputs, req, strategy, cfg):
-    return sequential.token_cascade_loop(
-        drafter, verifier, q_params, p_params, prompt, prompt_len, inputs,
-        req, strategy, targets.Chow(self.alpha), cfg,
-        chunk=max(self.chunk, prompt.shape[1]))
+  def run(self, drafter, verifier, q_params, p_params, batch, cfg,
+          mesh=None):
+    chunk = max(self.chunk, batch.prompt.shape[1])
+    prog = sequential.token_cascade_program(drafter, verifier, cfg, chunk)
+    return _run(prog, q_params, p_params, batch, mesh)
 
 
 @struct.dataclass
@@ -143,16 +155,21 @@ class OracleCascade:
   def validate(self) -> None:
     self.target.validate()
 
-  def run(self, drafter, verifier, q_params, p_params, prompt, prompt_len,
-          inputs, req, strategy, cfg):
-    return sequential.oracle_loop(drafter, verifier, q_params, p_params,
-                                  prompt, prompt_len, inputs, req, strategy,
-                                  self.target, cfg)
+  def run(self, drafter, verifier, q_params, p_params, batch, cfg,
+          mesh=None):
+    prog = sequential.oracle_program(drafter, verifier, cfg)
+    return _run(prog, q_params, p_params, batch, mesh)
 
 
 @struct.dataclass
 class SeqCascade:
-  """SeqCascade[Chow]: whole response by the drafter or by the verifier."""
+  """SeqCascade[Chow]: whole response by the drafter or by the verifier.
+
+  The drafter's sequence confidence is ``prod_t max q_t`` over its response
+  (unscaled q); a row defers when it is below ``1 - alpha``, and the
+  verifier then decodes that row's whole response. A deferred row counts all
+  its tokens as deferred.
+  """
 
   alpha: jax.Array = 0.5
   uses_drafter: bool = struct.field(pytree_node=False, default=True)
@@ -161,11 +178,31 @@ class SeqCascade:
   def validate(self) -> None:
     targets._check_range("SeqCascade alpha", self.alpha, 0.0, 1.0)  # pylint: disable=protected-access
 
-  def run(self, drafter, verifier, q_params, p_params, prompt, prompt_len,
-          inputs, req, strategy, cfg):
-    return sequential.seq_cascade_loop(drafter, verifier, q_params, p_params,
-                                       prompt, prompt_len, inputs, req,
-                                       strategy, self.alpha, cfg)
+  def run(self, drafter, verifier, q_params, p_params, batch, cfg,
+          mesh=None):
+    first = _run(sequential.autoregressive_program(drafter, cfg, "drafter"),
+                 q_params, p_params, batch, mesh)
+    alpha = jnp.asarray(batch.method.alpha, jnp.float32)  # [B], padded
+    floor = jnp.log(jnp.maximum(1.0 - alpha, 1e-30))
+    defer = (first.confidence < floor) & (batch.req.max_new_tokens > 0)
+    if not bool(jnp.any(defer)):  # one host sync: skip the verifier pass
+      return first.replace(stats=first.stats.replace(
+          deferrals=jnp.zeros_like(first.stats.deferrals)))
+    req = batch.req.replace(max_new_tokens=jnp.where(
+        defer, batch.req.max_new_tokens, 0))
+    second = _run(sequential.autoregressive_program(verifier, cfg,
+                                                    "verifier"),
+                  q_params, p_params, batch.replace(req=req), mesh)
+    pick = lambda a, c: jnp.where(
+        defer.reshape(defer.shape + (1,) * (a.ndim - 1)), c, a)
+    num_out = pick(first.num_out, second.num_out)
+    stats = first.stats.replace(
+        verifier_calls=second.stats.verifier_calls,
+        deferrals=jnp.where(defer, num_out, 0).astype(jnp.float32))
+    return LoopOutput(tokens=pick(first.tokens, second.tokens),
+                      num_out=num_out, stats=stats,
+                      finite=first.finite & (~defer | second.finite),
+                      confidence=first.confidence)
 
 
 def _spec(target_cls, **fixed):

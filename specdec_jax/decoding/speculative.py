@@ -17,7 +17,6 @@ one extra step, which also caches the last draft.
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -25,6 +24,7 @@ from flax import struct
 from jax import lax
 
 from specdec_jax.decoding import keys as keys_lib
+from specdec_jax.decoding import program as program_lib
 from specdec_jax.decoding import sampling
 from specdec_jax.decoding.kernel import verify_block
 from specdec_jax.decoding.state import (Request, Stats, all_finite, emit,
@@ -231,12 +231,15 @@ class LoopOutput:
     num_out: [B] int32 number of generated tokens per row.
     stats: per-row Stats.
     finite: [B] bool, False if the row met a NaN/inf logit.
+    confidence: [B] float32 sum of log max q over the response
+      (autoregressive programs; SeqCascade's deferral statistic), or None.
   """
 
   tokens: jax.Array
   num_out: jax.Array
   stats: Stats
   finite: jax.Array
+  confidence: jax.Array | None = None
 
 
 def start_caches(model, params, prompt, prompt_len, inputs, capacity):
@@ -255,50 +258,53 @@ def capacity(prompt_width: int, cfg: LoopConfig, chunk: int = 0) -> int:
   return prompt_width + cfg.max_new + cfg.gamma + 2 + chunk
 
 
-@functools.partial(jax.jit, static_argnames=("drafter", "verifier", "cfg"))
-def speculative_loop(drafter, verifier, q_params, p_params, prompt, prompt_len,
-                     inputs, req: Request, strategy, target, stop,
-                     cfg: LoopConfig) -> LoopOutput:
-  """Runs speculative decoding to completion in one jitted while_loop.
+def speculative_program(drafter, verifier, cfg: LoopConfig,
+                        has_stop: bool) -> program_lib.LoopProgram:
+  """Speculative decoding as a LoopProgram (see ``program.py``).
+
+  ``args = (q_params, p_params, batch)``; the target is
+  ``batch.method.spec_target()`` and BiLD's fallback
+  ``batch.method.spec_stop()``.
 
   Args:
-    drafter, verifier: DecodeModels (static) sharing a vocabulary.
-    q_params, p_params: their parameters.
-    prompt: [B, P] int32 decoder-side prompts, right-padded.
-    prompt_len: [B] int32 prompt lengths (>= 1).
-    inputs: [B, S] int32 encoder inputs (encoder-decoder models) or None.
-    req: per-row Request (seeds, ids, budgets).
-    strategy: sampling transform S (pytree; knobs traced).
-    target: target distribution T (pytree; knobs traced).
-    stop: FallbackStop (BiLD) or None.
+    drafter, verifier: DecodeModels sharing a vocabulary.
     cfg: static LoopConfig.
-
-  Returns:
-    LoopOutput.
+    has_stop: whether the method has a draft stop (BiLD).
   """
-  b, width = prompt.shape
-  cap = capacity(width, cfg)
-  q_cache, pending = start_caches(drafter, q_params, prompt, prompt_len,
-                                  inputs, cap)
-  p_cache, _ = start_caches(verifier, p_params, prompt, prompt_len, inputs,
-                            cap)
-  zeros = jnp.zeros((b,), jnp.int32)
-  state = SpecState(
-      step=jnp.int32(0),
-      tokens=jnp.full((b, cfg.max_new + cfg.gamma + 1), cfg.pad_id, jnp.int32),
-      num_out=zeros, pending=pending, catchup=zeros,
-      catchup_valid=jnp.zeros((b,), bool), done=req.max_new_tokens <= 0,
-      finite=jnp.ones((b,), bool), q_cache=q_cache, p_cache=p_cache,
-      stats=Stats.zeros(b))
+  key = ("speculative", drafter, verifier, cfg, has_stop)
 
-  def cond_fn(s: SpecState):
-    return (s.step < cfg.max_new) & ~jnp.all(s.done)
+  def build():
+    def init(args) -> SpecState:
+      q_params, p_params, batch = args
+      b, width = batch.prompt.shape
+      cap = capacity(width, cfg)
+      q_cache, pending = start_caches(drafter, q_params, batch.prompt,
+                                      batch.prompt_len, batch.inputs, cap)
+      p_cache, _ = start_caches(verifier, p_params, batch.prompt,
+                                batch.prompt_len, batch.inputs, cap)
+      zeros = jnp.zeros((b,), jnp.int32)
+      return SpecState(
+          step=jnp.int32(0),
+          tokens=jnp.full((b, cfg.max_new + cfg.gamma + 1), cfg.pad_id,
+                          jnp.int32),
+          num_out=zeros, pending=pending, catchup=zeros,
+          catchup_valid=jnp.zeros((b,), bool),
+          done=batch.req.max_new_tokens <= 0, finite=jnp.ones((b,), bool),
+          q_cache=q_cache, p_cache=p_cache, stats=Stats.zeros(b))
 
-  def body_fn(s: SpecState):
-    return _body(drafter, verifier, q_params, p_params, strategy, target,
-                 stop, req, cfg, s)
+    def cond(args, s: SpecState):
+      return (s.step < cfg.max_new) & ~jnp.all(s.done)
 
-  final = lax.while_loop(cond_fn, body_fn, state)
-  return LoopOutput(tokens=final.tokens[:, :cfg.max_new],
-                    num_out=final.num_out, stats=final.stats,
-                    finite=final.finite)
+    def body(args, s: SpecState) -> SpecState:
+      q_params, p_params, batch = args
+      stop = batch.method.spec_stop() if has_stop else None
+      return _body(drafter, verifier, q_params, p_params, batch.strategy,
+                   batch.method.spec_target(), stop, batch.req, cfg, s)
+
+    def finish(args, s: SpecState) -> LoopOutput:
+      return LoopOutput(tokens=s.tokens[:, :cfg.max_new], num_out=s.num_out,
+                        stats=s.stats, finite=s.finite)
+
+    return program_lib.LoopProgram(key, init, cond, body, finish)
+
+  return program_lib.cached_program(key, build)

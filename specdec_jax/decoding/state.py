@@ -34,6 +34,27 @@ class Request:
 
 
 @struct.dataclass
+class Batch:
+  """Every per-row input of a decode call (all leading dims are [batch]).
+
+  Attributes:
+    prompt: [B, P] int32 decoder-side prompts, right-padded.
+    prompt_len: [B] int32 prompt lengths (>= 1).
+    inputs: [B, S] int32 encoder inputs (encoder-decoder) or None.
+    req: per-row Request.
+    strategy: sampling transform (a pytree; knobs [B]).
+    method: the decoding method object (a pytree; knobs [B]).
+  """
+
+  prompt: jax.Array
+  prompt_len: jax.Array
+  inputs: jax.Array | None
+  req: "Request"
+  strategy: object
+  method: object
+
+
+@struct.dataclass
 class Stats:
   """Per-row counters (all [batch]).
 

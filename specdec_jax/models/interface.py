@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
 from typing import Any, Mapping, Protocol
 
 import flax
@@ -164,6 +165,12 @@ def check_params(params: Mapping[str, Any], expected: Mapping[str, Any],
           f"{tuple(ref.shape)}; the checkpoint or preset does not match")
 
 
+@functools.lru_cache(maxsize=64)
+def _param_shapes(model: "FlaxDecodeModel") -> dict:
+  """Memoised per (hashable) model: tracing a 27B init takes seconds."""
+  return jax.eval_shape(model.init_params, jax.random.PRNGKey(0))
+
+
 @dataclasses.dataclass(frozen=True)
 class FlaxDecodeModel(abc.ABC):
   """Common machinery of the Flax model families (init, shapes, checks).
@@ -194,7 +201,7 @@ class FlaxDecodeModel(abc.ABC):
 
   def param_shapes(self) -> dict:
     """ShapeDtypeStruct tree of the parameters, without allocating them."""
-    return jax.eval_shape(self.init_params, jax.random.PRNGKey(0))
+    return jax.tree.map(lambda x: x, _param_shapes(self))  # a fresh tree
 
   def num_params(self) -> int:
     """Total number of parameters (computed with ``jax.eval_shape``)."""

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from specdec_jax import decoding, models
-from specdec_jax.decoding import speculative
+from specdec_jax.decoding import program, speculative
 from tests.decoding.pairs import tiny_pair
 
 
@@ -117,12 +117,15 @@ def test_knobs_prompts_and_seeds_do_not_recompile(pair):
       prompts, sampling=decoding.TopP(0.9, temperature=temp), gamma=3,
       max_new_tokens=8, seeds=seed)
   run([[2, 3, 4], [5]], 0.1, 1.0, 1.0, 0)
-  before = speculative.speculative_loop._cache_size()  # pylint: disable=protected-access
+  cfg = speculative.LoopConfig(gamma=3, max_new=8, eos_id=v.eos_id)
+  key = speculative.speculative_program(d, v, cfg, False).key
+  before = program.compile_count(key)
+  assert before >= 1
   run([[7, 8], [9, 10, 11, 12]], 0.5, 0.9, 0.3, 12)
   run([[2]] * 2, np.float64(0.3), 2, 0, np.int64(4))
   run([[2, 9], [4]], [0.2, 0.4], [1.0, 1.5], [0.0, 1.0], [1, 2])
-  assert speculative.speculative_loop._cache_size() == before  # pylint: disable=protected-access
+  assert program.compile_count(key) == before
   # Switching to a different method does compile a new program.
   decoding.generate(decoding.make_method("opt", alpha=0.3), d, v, qp, pp,
                     [[2, 3], [4]], gamma=3, max_new_tokens=8)
-  assert speculative.speculative_loop._cache_size() == before + 1  # pylint: disable=protected-access
+  assert program.compile_count(key) == before + 1

@@ -1,0 +1,123 @@
+"""Multi-device checks, run by tests/test_sharding.py in a subprocess with
+XLA_FLAGS=--xla_force_host_platform_device_count=8 (8 fake CPU devices)."""
+
+import json
+import sys
+
+import jax
+import numpy as np
+
+jax.config.update("jax_default_matmul_precision", "highest")
+
+from specdec_jax import decoding, models, sharding  # noqa: E402
+
+MESHES = {"1x8": (1, 8), "2x4": (2, 4), "8x1": (8, 1)}
+
+
+def pair(family):
+  """A tiny pair whose heads / kv heads / mlp / vocab divide by 8."""
+  if family == "gemma":
+    cfg = models.GemmaConfig(vocab_size=64, d_model=32, num_layers=2,
+                             num_heads=8, num_kv_heads=8, head_dim=4,
+                             mlp_dim=64, attention_types=("local", "global"),
+                             sliding_window=6, attn_logit_softcap=50.0,
+                             final_logit_softcap=30.0, use_post_attn_norm=True,
+                             use_post_ffw_norm=True)
+    dcfg = models.GemmaConfig(**{**cfg.__dict__, "num_layers": 1,
+                                 "attention_types": ("local",)})
+  else:
+    cfg = models.T5Config(vocab_size=64, d_model=32, num_heads=8, head_dim=4,
+                          num_encoder_layers=2, num_decoder_layers=2,
+                          mlp_dim=64, relpos_buckets=8, relpos_max_distance=16)
+    dcfg = models.T5Config(**{**cfg.__dict__, "num_decoder_layers": 1})
+  v, d = models.model_from_config(cfg), models.model_from_config(dcfg)
+  pp = v.init_params(jax.random.PRNGKey(0))
+  qp = d.init_params(jax.random.PRNGKey(1))
+  if family == "gemma":
+    pp["embedder"]["input_embedding"] *= 3.0
+    qp["embedder"]["input_embedding"] *= 3.0
+  return d, v, qp, pp
+
+
+def requests(family, n=3):
+  rng = np.random.default_rng(0)
+  rows = [list(rng.integers(3, 64, size=k)) for k in (5, 2, 7, 3, 4)[:n]]
+  if family == "t5":
+    return dict(inputs=rows)
+  return dict(prompts=[[2] + r for r in rows])
+
+
+def decode(family, name, knobs, sampled, mesh=None):
+  d, v, qp, pp = pair(family)
+  greedy_only = name in ("bild", "lossy_greedy")
+  n = 3
+  if sampled and not greedy_only:
+    # Per-row temperatures and alphas travel with their rows.
+    strategy = decoding.TopP([0.9, 1.0, 0.8][:n], temperature=[1.0, 0.5,
+                                                               0.8][:n])
+    knobs = {k: [v, v * 0.5, v * 0.8] if k.startswith("alpha") else v
+             for k, v in knobs.items()}
+  else:
+    strategy = decoding.Greedy()
+  out = decoding.generate(decoding.make_method(name, **knobs), d, v, qp, pp,
+                          sampling=strategy, gamma=3, max_new_tokens=10,
+                          seeds=[3, 4, 5], eos_id=None, mesh=mesh,
+                          **requests(family, n))
+  return out.sequences(), out.accepted.tolist(), out.verifier_calls.tolist()
+
+
+KNOBS = {"lossy": dict(alpha=0.5, beta=1.0), "lossy_tuned": dict(alpha=0.5),
+         "lossy_greedy": dict(alpha=0.5), "chow": dict(alpha=0.5),
+         "diff": dict(alpha=0.1), "opt": dict(alpha=0.5),
+         "chow_log": dict(alpha=2.0), "diff_log": dict(alpha=0.1),
+         "opt_log": dict(alpha=0.5), "token_v1": dict(alpha=0.2),
+         "token_v2": dict(alpha=0.2), "token_v3": dict(alpha=0.5),
+         "bild_star": dict(alpha=0.3), "token_cascade": dict(alpha=0.5),
+         "oracle_diff": dict(alpha=0.1), "oracle_opt": dict(alpha=0.5),
+         "seq_cascade": dict(alpha=0.5),
+         "bild": dict(alpha_fallback=0.3, alpha_rollback=3.0)}
+
+
+def check_methods(family, mesh_names, methods, sampled_modes=(False, True)):
+  mismatches = []
+  for mesh_name in mesh_names:
+    data, model = MESHES[mesh_name]
+    mesh = sharding.make_mesh(data=data, model=model)
+    for name in methods:
+      for sampled in sampled_modes:
+        ref = decode(family, name, dict(KNOBS.get(name, {})), sampled)
+        got = decode(family, name, dict(KNOBS.get(name, {})), sampled, mesh)
+        if ref != got:
+          mismatches.append([family, mesh_name, name, sampled, ref, got])
+  return mismatches
+
+
+def param_bytes_ratio():
+  d, v, qp, pp = pair("gemma")
+  mesh = sharding.make_mesh(data=1, model=8)
+  placed = jax.device_put(pp, sharding.param_shardings(pp, mesh))
+  total = sum(x.nbytes for x in jax.tree.leaves(placed))
+  dev0 = jax.devices()[0]
+  local = sum(s.data.nbytes for x in jax.tree.leaves(placed)
+              for s in x.addressable_shards if s.device == dev0)
+  return local / total
+
+
+def main(which):
+  if which == "all_methods":
+    result = check_methods("gemma", ["2x4"], sorted(decoding.METHODS))
+  elif which == "meshes":
+    result = (check_methods("gemma", ["1x8", "8x1"],
+                            ["spec_decode", "token_v3", "token_cascade",
+                             "seq_cascade", "bild"]) +
+              check_methods("t5", ["1x8", "2x4", "8x1"],
+                            ["spec_decode", "opt"]))
+  elif which == "bytes":
+    result = param_bytes_ratio()
+  else:
+    raise ValueError(which)
+  print("RESULT " + json.dumps(result))
+
+
+if __name__ == "__main__":
+  main(sys.argv[1])
