@@ -100,8 +100,13 @@ class DecodeResult:
                 mean_accepted_length=float(self.mean_accepted_length[i]))
 
 
-def _pad_ragged(rows, width_multiple: int, what: str, pad: int = 0):
-  """list of token lists or a 2-D array -> ([B, W] int32, lengths [B])."""
+def _pad_ragged(rows, width_multiple: int, what: str, pad: int = 0,
+                min_width: int = 1):
+  """list of token lists or a 2-D array -> ([B, W] int32, lengths [B]).
+
+  W is the longest row (at least ``min_width``) rounded up to a multiple of
+  ``width_multiple``.
+  """
   if isinstance(rows, (np.ndarray, jax.Array)):
     arr = np.asarray(rows)
     if arr.ndim != 2:
@@ -114,7 +119,7 @@ def _pad_ragged(rows, width_multiple: int, what: str, pad: int = 0):
     lengths = np.array([len(r) for r in rows], np.int32)
   if not rows:
     raise ValueError(f"{what} is empty: pass at least one row")
-  width = max(1, int(lengths.max()))
+  width = max(1, min_width, int(lengths.max()))
   width = -(-width // width_multiple) * width_multiple
   out = np.full((len(rows), width), pad, np.int64)
   for i, r in enumerate(rows):
@@ -208,7 +213,8 @@ def generate(method, drafter, verifier, q_params, p_params, prompts=None, *,
              max_new_tokens: int | Sequence[int] = 32, seeds=0,
              request_ids=None, eos_id: int | None | str = "auto",
              pad_id: int = 0, max_cache_length: int | None = None,
-             on_nonfinite: str = "raise", mesh=None) -> DecodeResult:
+             on_nonfinite: str = "raise", mesh=None,
+             pad_to: int | None = None) -> DecodeResult:
   """Decodes a batch with ``method`` (see ``methods.py``).
 
   Args:
@@ -234,6 +240,10 @@ def generate(method, drafter, verifier, q_params, p_params, prompts=None, *,
       more (prompt + max_new_tokens + gamma + 2) is rejected.
     on_nonfinite: 'raise' (default) raises on NaN/inf logits; 'return'
       returns the result with ``finite`` flags instead.
+    pad_to: optional minimum padded width of prompts and inputs. Rows are
+      right-padded anyway (each keeps its own length, so padding never
+      changes the output); a common width lets calls with differently long
+      prompts share one compiled program.
     mesh: optional ``jax.sharding.Mesh`` (``specdec_jax.sharding.make_mesh``):
       parameters, caches and batch rows are partitioned by the logical-axis
       rules; the batch is padded with inert rows to a multiple of the data
@@ -259,7 +269,7 @@ def generate(method, drafter, verifier, q_params, p_params, prompts=None, *,
     if inputs is None:
       raise ValueError("encoder-decoder models need inputs= (the source "
                        "token ids)")
-    inp, _ = _pad_ragged(inputs, PAD_TO, "inputs")
+    inp, _ = _pad_ragged(inputs, PAD_TO, "inputs", min_width=pad_to or 1)
     batch = inp.shape[0]
     if prompts is None:
       start = getattr(verifier.config, "decoder_start_id", 0)
@@ -271,7 +281,9 @@ def generate(method, drafter, verifier, q_params, p_params, prompts=None, *,
     if prompts is None:
       raise ValueError("prompts= is required for decoder-only models")
     inp = None
-  prompt, plen = _pad_ragged(prompts, PAD_TO, "prompts")
+  prompt, plen = _pad_ragged(
+      prompts, PAD_TO, "prompts",
+      min_width=1 if encdec else (pad_to or 1))
   batch = prompt.shape[0]
   if inp is not None and inp.shape[0] != batch:
     raise ValueError(f"inputs have {inp.shape[0]} rows but prompts have "

@@ -67,3 +67,13 @@ def test_same_request_same_tokens_in_any_batch():
   moved = decoding.generate(method, d, v, qp, pp, [prompts[5]], seeds=3,
                             request_ids=[106], **kw)
   assert moved.sequences()[0] != full.sequences()[5]
+
+
+def test_padding_width_never_changes_the_output():
+  d, v, qp, pp, prompts = _setup(4)
+  kw = dict(sampling=decoding.Temperature(1.0), gamma=3, max_new_tokens=10,
+            seeds=9)
+  method = decoding.make_method("token_v3", alpha=0.4)
+  base = decoding.generate(method, d, v, qp, pp, prompts, **kw)
+  wide = decoding.generate(method, d, v, qp, pp, prompts, pad_to=64, **kw)
+  assert wide.sequences() == base.sequences()
