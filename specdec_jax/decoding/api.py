@@ -132,7 +132,7 @@ def _pad_ragged(rows, width_multiple: int, what: str, pad: int = 0,
 _INT_KNOBS = ("k",)
 
 
-def _per_row_tree(tree, batch: int, what: str):
+def per_row_tree(tree, batch: int, what: str):
   """Broadcasts every knob leaf of a pytree to a canonical [batch] array.
 
   Canonical dtypes (float32, int32 for top-k; never weakly typed) make knob
@@ -189,7 +189,7 @@ def gather(x):
   return jax.device_get(x)
 
 
-def _check_vocab(drafter, verifier) -> None:
+def check_vocab(drafter, verifier) -> None:
   if drafter.vocab_size != verifier.vocab_size:
     raise ValueError(
         f"drafter and verifier vocabularies differ ({drafter.vocab_size} vs "
@@ -201,7 +201,7 @@ def _check_vocab(drafter, verifier) -> None:
                      "both decoder-only models")
 
 
-def _is_greedy(strategy) -> bool:
+def is_greedy(strategy) -> bool:
   if isinstance(strategy, sampling_lib.Greedy):
     return True
   t = getattr(strategy, "temperature", None)
@@ -262,7 +262,7 @@ def generate(method, drafter, verifier, q_params, p_params, prompts=None, *,
     raise ValueError(f"method must be a decoding method object (see "
                      f"decoding.make_method), got {type(method).__name__}")
   if method.uses_drafter:
-    _check_vocab(drafter, verifier)
+    check_vocab(drafter, verifier)
   encdec = verifier.is_encoder_decoder
 
   if encdec:
@@ -319,13 +319,13 @@ def generate(method, drafter, verifier, q_params, p_params, prompts=None, *,
                      f"TopP), got {type(strategy).__name__}")
   strategy.validate()
   method.validate()
-  if method.greedy_only and not _is_greedy(strategy):
+  if method.greedy_only and not is_greedy(strategy):
     name = type(getattr(method, "target", method)).__name__
     raise ValueError(f"{name} is a greedy method; use "
                      f"sampling=Greedy() or temperature 0 (for sampling, "
                      f"TokenV3 generalises LossyGreedy)")
-  strategy = _per_row_tree(strategy, batch, "sampling")
-  method = _per_row_tree(method, batch, "method")
+  strategy = per_row_tree(strategy, batch, "sampling")
+  method = per_row_tree(method, batch, "method")
 
   ids = np.arange(batch) if request_ids is None else np.asarray(request_ids)
   seeds = np.broadcast_to(np.asarray(seeds), (batch,))

@@ -27,6 +27,7 @@ from flax import struct
 from specdec_jax.decoding import program as program_lib
 from specdec_jax.decoding import sequential, speculative, targets
 from specdec_jax.decoding.speculative import LoopOutput
+from specdec_jax.decoding.state import Stats
 
 
 def _run(prog, q_params, p_params, batch, mesh) -> LoopOutput:
@@ -185,14 +186,21 @@ class SeqCascade:
     alpha = jnp.asarray(batch.method.alpha, jnp.float32)  # [B], padded
     floor = jnp.log(jnp.maximum(1.0 - alpha, 1e-30))
     defer = (first.confidence < floor) & (batch.req.max_new_tokens > 0)
-    if not bool(jnp.any(defer)):  # one host sync: skip the verifier pass
-      return first.replace(stats=first.stats.replace(
-          deferrals=jnp.zeros_like(first.stats.deferrals)))
     req = batch.req.replace(max_new_tokens=jnp.where(
         defer, batch.req.max_new_tokens, 0))
-    second = _run(sequential.autoregressive_program(verifier, cfg,
-                                                    "verifier"),
-                  q_params, p_params, batch.replace(req=req), mesh)
+    verifier_prog = sequential.autoregressive_program(verifier, cfg,
+                                                      "verifier")
+
+    def redo(_):
+      return _run(verifier_prog, q_params, p_params, batch.replace(req=req),
+                  mesh)
+
+    def skip(_):  # nothing deferred: no verifier pass at all
+      return first.replace(stats=Stats.zeros(defer.shape[0]))
+
+    # lax.cond (not a host check) so the method also runs inside a caller's
+    # jit, e.g. t5x's pjit of predict_batch_with_aux.
+    second = jax.lax.cond(jnp.any(defer), redo, skip, None)
     pick = lambda a, c: jnp.where(
         defer.reshape(defer.shape + (1,) * (a.ndim - 1)), c, a)
     num_out = pick(first.num_out, second.num_out)
