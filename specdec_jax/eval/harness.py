@@ -1,0 +1,559 @@
+"""Runs decoding configurations over examples into a resumable JSONL file.
+
+A :class:`RunConfig` is one point of a sweep: a method with its knobs, the
+sampling settings, gamma, the generation length, batch size and seed.
+:func:`run` decodes every (config, example) with ``decoding.generate`` and
+appends ONE JSON line per pair to a results file, the moment it is measured:
+
+    pair = default_models.load('t5_docstring')
+    examples = default_models.examples('t5_docstring', limit=20)
+    configs = grid({'target_only': {}, 'token_v3': {'alpha': [0.1, 0.3]}},
+                   temperature=[0.0, 0.5])
+    run(pair, configs, examples, 'out/results.jsonl')
+
+Latency protocol (the paper's): wall-clock seconds of ``generate`` per call,
+batch 1 by default, compilation excluded -- every distinct compiled program
+(method structure, sampling kind, gamma, lengths, padded widths, batch) is run
+once untimed before its first timed call. Knob values (alpha, beta,
+temperature, top-p, seeds) are traced, so a knob sweep of one method compiles
+once. Encoder inputs are padded to one width for the whole dataset (t5x style),
+so an encoder-decoder pair compiles each method once.
+
+Resuming: each row is written with a single ``write`` and ``fsync``'d before
+the next example starts. Rerunning the same sweep on the same file skips every
+row whose key is already there; a torn last line (the process was killed while
+writing it) is cut off on open. Only one process may write a results file at
+a time (an exclusive ``flock``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import itertools
+import json
+import math
+import os
+import time
+import warnings
+import zlib
+from typing import Callable, Iterable, Mapping, Protocol, Sequence
+
+import numpy as np
+
+from specdec_jax import decoding
+from specdec_jax.decoding import api as decoding_api
+
+# Methods whose output and cost do not depend on gamma (no draft block);
+# their configs store gamma=0 so a gamma sweep runs them once.
+NO_GAMMA = frozenset({"target_only", "drafter_only", "token_cascade",
+                      "seq_cascade", "oracle_diff", "oracle_opt"})
+
+
+def is_greedy_only(method: str) -> bool:
+  """True for methods that only run at temperature 0 (BiLD, LossyGreedy)."""
+  return bool(decoding.make_method(method).greedy_only)
+
+
+def _canonical_knob(method: str, name: str, value):
+  """float for numeric knobs (int where the method's default is an int, e.g.
+
+  TokenCascade's chunk), strings (static options such as ``loss='log'``)
+  unchanged, so equal settings always give equal keys.
+  """
+  if isinstance(value, str):
+    return value
+  if isinstance(value, bool) or not isinstance(value, (int, float,
+                                                       np.number)):
+    raise ValueError(f"knob {name!r} of {method} must be a number or a "
+                     f"string, got {value!r}; sweep knobs by listing one "
+                     f"config per value")
+  obj = decoding.make_method(method)
+  default = getattr(obj, name, getattr(getattr(obj, "target", None), name,
+                                       None))
+  if isinstance(default, int) and not isinstance(default, bool):
+    if not float(value).is_integer():
+      raise ValueError(f"knob {name!r} of {method} must be an integer, got "
+                       f"{value!r}")
+    return int(value)
+  return float(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+  """One configuration of a sweep (hashable; the JSONL key derives from it).
+
+  Attributes:
+    method: a name in ``decoding.METHODS``.
+    knobs: the method's knobs as sorted ``(name, value)`` pairs; a dict is
+      accepted and normalised (``RunConfig('opt', {'alpha': 0.5})``).
+      Numbers become floats (ints for integer knobs such as TokenCascade's
+      ``chunk``); strings (``loss='log'``) stay strings.
+    temperature: >= 0; 0 is greedy (top_p is then ignored and stored as 1).
+    top_p: nucleus mass in (0, 1]; 1 disables truncation.
+    gamma: draft block size (>= 1); 0 for methods without drafts (NO_GAMMA).
+    max_new_tokens: tokens to generate at most; None uses the pair's default.
+    batch_size: examples per ``generate`` call (the paper's protocol is 1).
+    seed: sampling seed; each example's request id is a hash of its id, so
+      results do not depend on the order or batching of examples.
+  """
+
+  method: str
+  knobs: tuple[tuple[str, float | int | str], ...] | Mapping = ()
+  temperature: float = 0.0
+  top_p: float = 1.0
+  gamma: int = 5
+  max_new_tokens: int | None = None
+  batch_size: int = 1
+  seed: int = 0
+
+  def __post_init__(self):
+    if self.method not in decoding.METHODS:
+      raise ValueError(f"unknown method {self.method!r}; choose one of "
+                       f"{', '.join(sorted(decoding.METHODS))}")
+    knobs = tuple(sorted((k, _canonical_knob(self.method, k, v))
+                         for k, v in dict(self.knobs).items()))
+    set_ = lambda name, value: object.__setattr__(self, name, value)
+    set_("knobs", knobs)
+    t, p = float(self.temperature), float(self.top_p)
+    if not math.isfinite(t) or t < 0:
+      raise ValueError(f"temperature must be a finite number >= 0, got {t}")
+    if not 0 < p <= 1:
+      raise ValueError(f"top_p must be in (0, 1], got {p}")
+    set_("temperature", t)
+    set_("top_p", 1.0 if t == 0 else p)
+    gamma = 0 if self.method in NO_GAMMA else self.gamma
+    if self.method not in NO_GAMMA and (
+        not isinstance(gamma, (int, np.integer)) or gamma < 1):
+      raise ValueError(f"gamma must be an integer >= 1 for {self.method}, "
+                       f"got {gamma!r}")
+    set_("gamma", int(gamma))
+    if self.max_new_tokens is not None and self.max_new_tokens < 0:
+      raise ValueError(f"max_new_tokens must be >= 0, got "
+                       f"{self.max_new_tokens}")
+    if self.batch_size < 1:
+      raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+    self.make_method()  # unknown knobs / out-of-range values fail here
+    if t > 0 and is_greedy_only(self.method):
+      raise ValueError(f"{self.method} is greedy-only; use temperature 0")
+
+  def make_method(self):
+    """The decoding method object with this config's knobs."""
+    method = decoding.make_method(self.method, **dict(self.knobs))
+    method.validate()
+    return method
+
+  def sampling(self):
+    """Greedy() at temperature 0, else Temperature(t) or TopP(p, t)."""
+    if self.temperature == 0:
+      return decoding.Greedy()
+    if self.top_p == 1.0:
+      return decoding.Temperature(self.temperature)
+    return decoding.TopP(p=self.top_p, temperature=self.temperature)
+
+  @property
+  def knob_str(self) -> str:
+    """'alpha=0.3' (comma-separated knobs; '' without knobs)."""
+    return ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                    for k, v in self.knobs)
+
+  @property
+  def key(self) -> str:
+    """Canonical text key, e.g. 'token_v3[alpha=0.3]|T=0|top_p=1|gamma=5|...'.
+
+    Floats are written with ``repr`` so distinct values never collide.
+    """
+    knobs = ",".join(f"{k}={v!r}" for k, v in self.knobs)
+    return (f"{self.method}[{knobs}]|T={self.temperature!r}|top_p="
+            f"{self.top_p!r}|gamma={self.gamma}|max_new={self.max_new_tokens}"
+            f"|bs={self.batch_size}|seed={self.seed}")
+
+  def to_json(self) -> dict:
+    d = dataclasses.asdict(self)
+    d["knobs"] = dict(self.knobs)
+    return d
+
+  @classmethod
+  def from_json(cls, d: Mapping) -> "RunConfig":
+    return cls(**d)
+
+
+def _as_list(x) -> list:
+  return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+def grid(methods: Mapping[str, Mapping[str, Sequence[float]]] | Sequence[str],
+         temperature=(0.0,), top_p=(1.0,), gamma=(5,),
+         max_new_tokens: int | None = None, batch_size: int = 1,
+         seed: int = 0) -> list[RunConfig]:
+  """The cartesian product of a sweep, deduplicated, in a stable order.
+
+  Args:
+    methods: method names, or ``{name: {knob: [values]}}`` (each method's
+      knob lists are crossed with each other).
+    temperature, top_p, gamma: a value or a list of values each.
+    max_new_tokens, batch_size, seed: fixed for the sweep.
+
+  Returns:
+    RunConfigs. Greedy-only methods (bild, lossy_greedy) appear only at
+    temperature 0; top-p is dropped at temperature 0; gamma is dropped for
+    methods without drafts (NO_GAMMA), so no setting runs twice.
+  """
+  if not isinstance(methods, Mapping):
+    methods = {m: {} for m in _as_list(methods)}
+  out, seen = [], set()
+  for name, knob_grid in methods.items():
+    names = sorted(knob_grid)
+    values = [_as_list(knob_grid[k]) for k in names]
+    for t, p, g in itertools.product(_as_list(temperature), _as_list(top_p),
+                                     _as_list(gamma)):
+      if t > 0 and is_greedy_only(name):
+        continue
+      for combo in itertools.product(*values):
+        cfg = RunConfig(name, dict(zip(names, combo)), temperature=t,
+                        top_p=p, gamma=g, max_new_tokens=max_new_tokens,
+                        batch_size=batch_size, seed=seed)
+        if cfg not in seen:
+          seen.add(cfg)
+          out.append(cfg)
+  return out
+
+
+class Pair(Protocol):
+  """What :func:`run` needs of a model pair (``default_models.DefaultPair``)."""
+
+  name: str
+  drafter: object
+  verifier: object
+  q_params: object
+  p_params: object
+  max_new_tokens: int
+  metrics: tuple[str, ...]  # metric names, the primary first (report.py)
+
+  def encode(self, examples: Sequence[Mapping]) -> dict: ...
+
+  def decode(self, token_rows: Sequence[Sequence[int]]) -> list[str]: ...
+
+
+def request_id(example_id: str) -> int:
+  """A stable int32 request id of an example id (CRC-32, top bit cleared)."""
+  return zlib.crc32(str(example_id).encode("utf-8")) & 0x7FFFFFFF
+
+
+def row_key(pair_name: str, config: RunConfig, example_id: str) -> str:
+  """The JSONL key of one (pair, config, example)."""
+  return f"{pair_name}|{config.key}|{example_id}"
+
+
+# ---------------------------------------------------------------- the file
+
+
+class ResultsFile:
+  """An append-only JSONL results file with crash-safe appends.
+
+  Open it with ``with ResultsFile(path) as f``: the file is locked
+  (exclusive ``flock``), a torn last line is truncated away, and ``f.rows`` /
+  ``f.keys`` hold what is already there. :meth:`append` writes one row with
+  a single ``os.write`` and ``fsync``.
+  """
+
+  def __init__(self, path: str, sync: bool = True):
+    self.path = os.fspath(path)
+    self.sync = sync
+    self.rows: list[dict] = []
+    self.keys: set[str] = set()
+    self._fd = None
+
+  def __enter__(self) -> "ResultsFile":
+    parent = os.path.dirname(os.path.abspath(self.path))
+    os.makedirs(parent, exist_ok=True)
+    fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      os.close(fd)
+      raise RuntimeError(f"{self.path} is being written by another process; "
+                         f"wait for it or use another results file") from None
+    self._fd = fd
+    self.rows, good_bytes = _parse(self.path)
+    if good_bytes < os.fstat(fd).st_size:
+      warnings.warn(f"{self.path}: dropping a torn last line (the previous "
+                    f"run was interrupted while writing it)")
+      os.ftruncate(fd, good_bytes)
+      os.fsync(fd)
+    self.keys = {r["key"] for r in self.rows}
+    return self
+
+  def __exit__(self, *exc) -> None:
+    if self._fd is not None:
+      fcntl.flock(self._fd, fcntl.LOCK_UN)
+      os.close(self._fd)
+      self._fd = None
+
+  def append(self, row: Mapping) -> None:
+    """Writes one row (must have a new 'key') durably."""
+    if self._fd is None:
+      raise RuntimeError("open the ResultsFile with 'with' before appending")
+    key = row["key"]
+    if key in self.keys:
+      raise ValueError(f"row {key!r} is already in {self.path}")
+    data = (json.dumps(row, ensure_ascii=False, allow_nan=True) + "\n").encode()
+    n = os.write(self._fd, data)
+    if n != len(data):  # a short write: cut it off and fail loudly
+      os.ftruncate(self._fd, os.fstat(self._fd).st_size - n)
+      raise OSError(f"short write to {self.path} ({n} of {len(data)} bytes)")
+    if self.sync:
+      os.fsync(self._fd)
+    self.rows.append(dict(row))
+    self.keys.add(key)
+
+
+def _parse(path: str) -> tuple[list[dict], int]:
+  """Rows of a results file and the byte length of its intact prefix.
+
+  A last line without its newline is torn (not counted): a killed writer
+  leaves a prefix of its line. A complete line that is not a valid row is an
+  error: the file was edited or written by something else.
+  """
+  with open(path, "rb") as f:
+    data = f.read()
+  rows, pos, seen = [], 0, set()
+  lines = data.split(b"\n")
+  # Every complete line ends with "\n"; lines[-1] is what follows the last
+  # newline: empty, or a torn row that is dropped.
+  for i, line in enumerate(lines[:-1]):
+    try:
+      row = json.loads(line)
+      if not isinstance(row, dict) or "key" not in row:
+        raise ValueError("not a results row (no 'key')")
+    except ValueError as e:
+      raise ValueError(f"{path}:{i + 1}: corrupt results line ({e}); fix or "
+                       f"delete it (only a torn LAST line is repaired "
+                       f"automatically)") from None
+    if row["key"] in seen:
+      warnings.warn(f"{path}:{i + 1}: duplicate key {row['key']!r} ignored")
+    else:
+      seen.add(row["key"])
+      rows.append(row)
+    pos += len(line) + 1
+  return rows, pos
+
+
+def load_rows(path: str) -> list[dict]:
+  """The complete rows of a results file (read-only; a torn tail ignored)."""
+  return _parse(path)[0] if os.path.exists(path) else []
+
+
+# ---------------------------------------------------------------- running
+
+
+@dataclasses.dataclass
+class RunStats:
+  """What one :func:`run` call did.
+
+  Attributes:
+    written: rows measured and appended.
+    skipped: rows already in the file.
+    warmups: distinct programs compiled (one untimed call each).
+    warmup_s: seconds spent in those untimed calls (mostly compilation).
+    decode_s: seconds of timed decoding (all repeats).
+    wall_s: seconds of the whole call.
+    cpu_s: CPU seconds of this process during the call (on a machine
+      shared with other work, closer to the time an idle machine takes).
+  """
+
+  written: int = 0
+  skipped: int = 0
+  warmups: int = 0
+  warmup_s: float = 0.0
+  decode_s: float = 0.0
+  wall_s: float = 0.0
+  cpu_s: float = 0.0
+
+
+def padded_width(rows) -> int:
+  """The width ``generate`` pads these token rows to (a multiple of 16)."""
+  width = max(1, max(len(r) for r in rows))
+  return -(-width // decoding_api.PAD_TO) * decoding_api.PAD_TO
+
+
+def _pad_to(rows, width: int) -> list[list[int]]:
+  return [list(r) + [0] * (width - len(r)) for r in rows]
+
+
+def encode_examples(pair: Pair, examples: Sequence[Mapping]) -> list[dict]:
+  """Per-example ``generate`` kwargs; encoder inputs share one padded width.
+
+  Encoder inputs are right-padded with 0 (the pad id the encoder masks) to
+  the longest input of ``examples`` rounded up to a multiple of 16, so every
+  example of an encoder-decoder pair reuses one compiled program. Decoder
+  prompts cannot be padded (pad tokens would be read as prompt), so they keep
+  their own width (``generate`` rounds it up to a multiple of 16).
+  """
+  kwargs = pair.encode(list(examples))
+  if set(kwargs) - {"inputs", "prompts"} or not kwargs:
+    raise ValueError(f"{pair.name}.encode must return 'inputs' and/or "
+                     f"'prompts', got {sorted(kwargs)}")
+  per = [dict() for _ in examples]
+  for name, rows in kwargs.items():
+    rows = [list(map(int, r)) for r in rows]
+    if len(rows) != len(examples):
+      raise ValueError(f"{pair.name}.encode returned {len(rows)} {name} for "
+                       f"{len(examples)} examples")
+    if name == "inputs":
+      rows = _pad_to(rows, padded_width(rows))
+    for d, r in zip(per, rows):
+      d[name] = r
+  return per
+
+
+def _batches(todo, size):
+  for i in range(0, len(todo), size):
+    yield todo[i:i + size]
+
+
+def _program(pair: Pair, cfg: RunConfig, method, batch_kwargs, max_new):
+  """What decides the compiled program (knob and seed values do not)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  widths = tuple((k, padded_width(v)) for k, v in sorted(
+      batch_kwargs.items()))
+  return (pair.name, str(jax.tree_util.tree_structure(method)),
+          type(cfg.sampling()).__name__, max(cfg.gamma, 1), max_new,
+          len(next(iter(batch_kwargs.values()))), widths)
+
+
+def _timed(call: dict, repeats: int, clock):
+  """(DecodeResult, [seconds of each of ``repeats`` generate calls])."""
+  runs = []
+  for _ in range(repeats):
+    t0 = clock()
+    res = decoding.generate(**call)
+    runs.append(clock() - t0)
+  return res, runs
+
+
+def _rows(pair: Pair, cfg: RunConfig, ex_ids: Sequence[str], res,
+          runs: Sequence[float], max_new: int) -> list[dict]:
+  """The JSONL rows of one timed batch (the fastest run is the latency)."""
+  seqs = res.sequences()
+  texts = pair.decode(seqs)
+  elapsed = min(runs)
+  rows = []
+  for j, ex_id in enumerate(ex_ids):
+    row = dict(
+        key=row_key(pair.name, cfg, ex_id), pair=pair.name,
+        config_key=cfg.key, config=cfg.to_json(), example_id=ex_id,
+        prediction=texts[j], tokens=seqs[j], num_tokens=len(seqs[j]),
+        latency_s=elapsed / len(ex_ids), batch_latency_s=elapsed,
+        batch=len(ex_ids), verifier_calls=int(res.verifier_calls[j]),
+        drafter_calls=int(res.drafter_calls[j]),
+        accepted=int(res.accepted[j]), drafted=int(res.drafted[j]),
+        deferrals=float(res.deferrals[j]), max_new_tokens=max_new)
+    if len(runs) > 1:
+      row["batch_latency_runs_s"] = list(runs)
+    rows.append(row)
+  return rows
+
+
+def run(pair: Pair, configs: Iterable[RunConfig],
+        examples: Sequence[Mapping], path: str, *, progress: bool = True,
+        warmup: bool = True, repeats: int = 1, sync: bool = True,
+        on_row: Callable[[dict], None] | None = None,
+        clock: Callable[[], float] = time.perf_counter) -> RunStats:
+  """Decodes every (config, example) not yet in ``path`` and appends rows.
+
+  Args:
+    pair: the model pair (name, drafter, verifier, q_params, p_params,
+      max_new_tokens, encode, decode).
+    configs: RunConfigs (e.g. from :func:`grid`).
+    examples: dicts with 'id' and 'inputs' (and 'targets' for scoring).
+    path: the JSONL results file (created; resumed if it exists).
+    progress: show a tqdm progress bar.
+    warmup: run each distinct program once untimed before timing it.
+    repeats: time each call this many times and keep the fastest (a robust
+      latency on a busy machine; the outputs are identical every time).
+    sync: fsync after every row (turn off only for throwaway files).
+    on_row: called with each new row after it is written.
+    clock: the timer (seconds).
+
+  Returns:
+    RunStats.
+  """
+  if repeats < 1:
+    raise ValueError(f"repeats must be >= 1, got {repeats}")
+  configs = list(configs)
+  ids = [str(ex["id"]) for ex in examples]
+  if len(set(ids)) != len(ids):
+    raise ValueError("example ids must be unique")
+  start, cpu_start = clock(), time.process_time()
+  stats = RunStats()
+  encoded = None
+  with ResultsFile(path, sync=sync) as results:
+    todo_all = []
+    for cfg in configs:
+      todo = [i for i, ex_id in enumerate(ids)
+              if row_key(pair.name, cfg, ex_id) not in results.keys]
+      stats.skipped += len(ids) - len(todo)
+      if todo:
+        todo_all.append((cfg, todo))
+    total = sum(len(t) for _, t in todo_all)
+    if total:
+      encoded = encode_examples(pair, examples)
+    bar = _progress(total, f"{pair.name}", progress)
+    warm = set()
+    try:
+      for cfg, todo in todo_all:
+        method = cfg.make_method()
+        max_new = (pair.max_new_tokens if cfg.max_new_tokens is None
+                   else cfg.max_new_tokens)
+        bar.set_postfix_str(f"{cfg.method} {cfg.knob_str}".strip())
+        for chunk in _batches(todo, cfg.batch_size):
+          kwargs = {k: [encoded[i][k] for i in chunk] for k in encoded[0]}
+          call = dict(method=method, drafter=pair.drafter,
+                      verifier=pair.verifier, q_params=pair.q_params,
+                      p_params=pair.p_params, sampling=cfg.sampling(),
+                      gamma=max(cfg.gamma, 1), max_new_tokens=max_new,
+                      seeds=cfg.seed,
+                      request_ids=[request_id(ids[i]) for i in chunk],
+                      **kwargs)
+          prog = _program(pair, cfg, method, kwargs, max_new)
+          if warmup and prog not in warm:
+            stats.warmup_s += _timed(call, 1, clock)[1][0]
+            stats.warmups += 1
+            warm.add(prog)
+          res, runs = _timed(call, repeats, clock)
+          stats.decode_s += sum(runs)
+          for row in _rows(pair, cfg, [ids[i] for i in chunk], res, runs,
+                           max_new):
+            results.append(row)
+            stats.written += 1
+            if on_row is not None:
+              on_row(row)
+          bar.update(len(chunk))
+    finally:
+      bar.close()
+  stats.wall_s = clock() - start
+  stats.cpu_s = time.process_time() - cpu_start
+  return stats
+
+
+class _NoBar:
+
+  def update(self, n):
+    del n
+
+  def set_postfix_str(self, s):
+    del s
+
+  def close(self):
+    pass
+
+
+def _progress(total: int, desc: str, enabled: bool):
+  if not enabled or not total:
+    return _NoBar()
+  try:
+    from tqdm.auto import tqdm  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return _NoBar()
+  return tqdm(total=total, desc=desc, unit="row", dynamic_ncols=True)

@@ -1,0 +1,309 @@
+"""The main job: every method of the paper on the built-in default pairs.
+
+For each default pair (``default_models.PAIRS``) on its held-out test split:
+target-only, drafter-only, SpecDecode, Lossy (beta = 1 and tuned beta), BiLD,
+BiLD*, SpecCascade [Chow / Diff / OPT / TokenV1 / V2 / V3], TokenCascade
+[Chow] and SeqCascade [Chow], each cascade / lossy method over a small alpha
+grid; greedy decoding (temperature 0) at batch 1 and gamma 5 by default.
+Writes into ``out_dir``:
+
+    results.jsonl                 one row per (pair, config, example); resumable
+    summary.json, summary.md      aggregates + the paper's two summary numbers
+    timings.jsonl                 compile / decode seconds of every invocation
+    quality_vs_latency_<pair>.png Figure-4-style plot per pair
+
+and prints the results and summary tables. Rerunning with the same
+``out_dir`` resumes (rows already measured are skipped).
+
+    python -m specdec_jax.eval.main_job --out_dir /tmp/main_job
+    python -m specdec_jax.eval.main_job --out_dir /tmp/mj --num_examples 8 \\
+        --pairs t5_docstring --temperature 0.5
+
+Budget: the default grid and ``DEFAULT_NUM_EXAMPLES`` are sized so that the
+whole job (install included) takes <= 15 minutes on a fresh 2-core CPU
+machine; compilation (one program per method and prompt width) is a large
+part of it. See docs/evaluation.md for measured times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import json
+import os
+import sys
+import time
+from typing import Callable, Mapping, Sequence
+
+from specdec_jax.eval import harness, plots, report
+
+DEFAULT_PAIRS = ("t5_docstring", "gemma_completion")
+DEFAULT_NUM_EXAMPLES = 16
+# Decoder-only prompts keep their own width (a multiple of 16) and every
+# width compiles every method again; the job keeps the examples whose width
+# is among this many most common widths of the split.
+DEFAULT_PROMPT_WIDTHS = 1
+
+# method -> {knob: values}. Small knob grids that span "close to the
+# verifier" to "close to the drafter" for each rule (see targets.py for the
+# knobs' meaning). At temperature 0 Lossy's alpha has no effect (App. C.1).
+DEFAULT_GRID: dict[str, dict[str, list[float]]] = {
+    "target_only": {},
+    "drafter_only": {},
+    "spec_decode": {},
+    "lossy": {"alpha": [0.2, 0.5, 0.8]},
+    "lossy_tuned": {"alpha": [0.2, 0.5, 0.8]},
+    "bild": {"alpha_rollback": [0.5, 1.5, 4.0]},
+    "bild_star": {"alpha": [0.2, 0.4, 0.7]},
+    "chow": {"alpha": [0.1, 0.3, 0.6]},
+    "diff": {"alpha": [0.0, 0.2, 0.4]},
+    "opt": {"alpha": [0.0, 1.0, 3.0]},
+    "token_v1": {"alpha": [0.0, 0.2, 0.4]},
+    "token_v2": {"alpha": [0.0, 0.2, 0.4]},
+    "token_v3": {"alpha": [0.2, 0.5, 0.8]},
+    "token_cascade": {"alpha": [0.1, 0.3, 0.6]},
+    "seq_cascade": {"alpha": [0.9, 0.99, 0.9999]},
+}
+
+
+def _default_models():
+  from specdec_jax.eval import default_models  # pylint: disable=g-import-not-at-top
+  return default_models
+
+
+def select_examples(pair: harness.Pair, examples: Sequence[Mapping],
+                    num_examples: int | None,
+                    prompt_widths: int | None) -> tuple[list, list[int]]:
+  """The examples to evaluate, in split order, and their prompt widths.
+
+  Encoder-decoder pairs (inputs padded to one width) take the first
+  ``num_examples``. Decoder-only pairs take the first ``num_examples`` whose
+  padded prompt width is among the ``prompt_widths`` most common widths of
+  ``examples`` (None: any width), so the job compiles each method at most
+  ``prompt_widths`` times.
+
+  Returns:
+    (examples, the distinct padded prompt widths used; [] for inputs).
+  """
+  examples = list(examples)
+  kw = pair.encode(examples) if examples else {}
+  if "prompts" not in kw or prompt_widths is None:
+    chosen = examples[:num_examples]
+    widths = [] if "prompts" not in kw else sorted(
+        {harness.padded_width([r]) for r in kw["prompts"][:len(chosen)]})
+    return chosen, widths
+  width = [harness.padded_width([r]) for r in kw["prompts"]]
+  counts = collections.Counter(width)
+  keep = sorted(sorted(counts, key=lambda w: (-counts[w], w))[:prompt_widths])
+  picked = [(ex, w) for ex, w in zip(examples, width)
+            if w in keep][:num_examples]
+  return [ex for ex, _ in picked], sorted({w for _, w in picked})
+
+
+@dataclasses.dataclass
+class PairOutcome:
+  """What the job did for one pair."""
+
+  name: str
+  num_examples: int
+  prompt_widths: list[int]
+  configs: int
+  run: harness.RunStats
+  load_s: float
+  total_s: float
+  plots: list[str]
+
+
+def run_main_job(out_dir: str, pairs: Sequence[str] | None = None,
+                 num_examples: int | None = DEFAULT_NUM_EXAMPLES,
+                 grid: Mapping[str, Mapping[str, Sequence[float]]]
+                 | None = None,
+                 temperature=0.0, top_p=1.0, gamma=5,
+                 max_new_tokens: int | None = None, batch_size: int = 1,
+                 seed: int = 0, split: str = "test", dtype: str = "float32",
+                 assets: str | None = None,
+                 prompt_widths: int | None = DEFAULT_PROMPT_WIDTHS,
+                 repeats: int = 1, progress: bool = True,
+                 load_pair: Callable | None = None,
+                 load_examples: Callable | None = None,
+                 print_fn: Callable[[str], None] = print) -> dict:
+  """Runs the sweep on every pair; writes results, summaries and plots.
+
+  Args:
+    out_dir: output directory (created; an existing one is resumed).
+    pairs: default pair names (default: all of ``default_models.PAIRS``).
+    num_examples: examples per pair from the split (None: all).
+    grid: {method: {knob: values}} (default: DEFAULT_GRID).
+    temperature, top_p, gamma: a value or list each (swept).
+    max_new_tokens: None uses each pair's default.
+    batch_size: examples per decode call (1 = the paper's latency protocol).
+    seed: sampling seed.
+    split: dataset split.
+    dtype: parameter dtype of the models.
+    assets: default-models directory (default: the one in the package;
+      ``scripts/train_default_models.py --out`` writes one).
+    prompt_widths: see :func:`select_examples`.
+    repeats: time every call this many times, keep the fastest.
+    progress: tqdm progress bars.
+    load_pair: ``(name, dtype) -> pair`` (default: default_models.load).
+    load_examples: ``(name, split) -> examples`` (default:
+      default_models.examples).
+    print_fn: where the tables go.
+
+  Returns:
+    {'aggregates', 'summary', 'outcomes', 'paths'}.
+  """
+  if load_pair is None or load_examples is None:
+    dm = _default_models()
+    extra = {} if assets is None else dict(assets=assets)
+    load_pair = load_pair or (lambda n, d: dm.load(n, dtype=d, **extra))
+    load_examples = load_examples or (lambda n, s: dm.examples(n, split=s))
+    pairs = tuple(pairs or dm.PAIRS)
+  pairs = tuple(pairs or DEFAULT_PAIRS)
+  grid = DEFAULT_GRID if grid is None else grid
+  configs = harness.grid(grid, temperature=temperature, top_p=top_p,
+                         gamma=gamma, max_new_tokens=max_new_tokens,
+                         batch_size=batch_size, seed=seed)
+  os.makedirs(out_dir, exist_ok=True)
+  results_path = os.path.join(out_dir, "results.jsonl")
+  all_aggs, outcomes, plot_paths = [], [], []
+  job_start = time.perf_counter()
+  started = time.strftime("%Y-%m-%d %H:%M:%S")
+  for name in pairs:
+    t0 = time.perf_counter()
+    pair = load_pair(name, dtype)
+    if pair.name != name:
+      raise ValueError(f"load_pair({name!r}) returned a pair named "
+                       f"{pair.name!r}; results are keyed by the pair's name")
+    pool = load_examples(name, split)
+    examples, widths = select_examples(pair, pool, num_examples,
+                                       prompt_widths)
+    if not examples:
+      raise ValueError(f"{name}: no {split} examples selected (split has "
+                       f"{len(pool)})")
+    load_s = time.perf_counter() - t0
+    print_fn(f"[{name}] {len(examples)} {split} examples"
+             + (f", prompt widths {widths}" if widths else "")
+             + f"; {len(configs)} configurations")
+    stats = harness.run(pair, configs, examples, results_path,
+                        repeats=repeats, progress=progress)
+    keys = {harness.row_key(name, c, str(ex["id"])) for c in configs
+            for ex in examples}
+    rows = [r for r in harness.load_rows(results_path) if r["key"] in keys]
+    targets = {str(ex["id"]): ex["targets"] for ex in examples}
+    aggs = report.aggregate(rows, targets, list(pair.metrics))
+    paths = plots.plot_all(aggs, out_dir)
+    all_aggs += aggs
+    plot_paths += paths
+    outcomes.append(PairOutcome(
+        name=name, num_examples=len(examples), prompt_widths=widths,
+        configs=len(configs), run=stats, load_s=load_s,
+        total_s=time.perf_counter() - t0, plots=paths))
+    print_fn(f"[{name}] {stats.written} rows measured, {stats.skipped} "
+             f"resumed; {stats.warmups} programs compiled in "
+             f"{stats.warmup_s:.0f} s, decoding {stats.decode_s:.0f} s, "
+             f"total {outcomes[-1].total_s:.0f} s ({stats.cpu_s:.0f} CPU s "
+             f"in the sweep)")
+  summaries = report.summarize(all_aggs)
+  timings = dict(started=started, total_s=time.perf_counter() - job_start,
+                 pairs=[dict(name=o.name, num_examples=o.num_examples,
+                             prompt_widths=o.prompt_widths, configs=o.configs,
+                             load_s=o.load_s, total_s=o.total_s,
+                             **dataclasses.asdict(o.run))
+                        for o in outcomes])
+  runs = _append_timings(os.path.join(out_dir, "timings.jsonl"), timings)
+  js, md = report.write_summary(out_dir, all_aggs, summaries,
+                                extra=dict(timings=runs))
+  print_fn("\n" + report.results_table(all_aggs))
+  print_fn(report.summary_table(summaries))
+  print_fn(f"wrote {results_path}, {js}, {md}, "
+           + ", ".join(plot_paths) + f" in {timings['total_s']:.0f} s")
+  return dict(aggregates=all_aggs, summary=summaries, outcomes=outcomes,
+              paths=dict(results=results_path, summary_json=js,
+                         summary_md=md, plots=plot_paths))
+
+
+def _append_timings(path: str, timings: dict) -> list[dict]:
+  """Appends this invocation's timings; returns those of every invocation.
+
+  A resumed job keeps the timings of the runs that measured its rows.
+  """
+  runs = harness.load_rows(path) if os.path.exists(path) else []
+  with harness.ResultsFile(path) as f:
+    row = dict(key=f"run{len(f.rows)}", **timings)
+    f.append(row)
+  return runs + [row]
+
+
+def enable_compilation_cache(path: str) -> None:
+  """Keeps compiled programs in ``path`` so a rerun does not compile again.
+
+  Sets JAX's persistent compilation cache (process-wide); call it before the
+  first compilation.
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  os.makedirs(path, exist_ok=True)
+  jax.config.update("jax_compilation_cache_dir", path)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def _floats(text: str) -> list[float]:
+  return [float(x) for x in text.split(",") if x]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--out_dir", required=True)
+  ap.add_argument("--pairs", default=None,
+                  help="comma-separated default pair names (default: all)")
+  ap.add_argument("--num_examples", type=int, default=DEFAULT_NUM_EXAMPLES)
+  ap.add_argument("--methods", default=None,
+                  help="comma-separated subset of the default grid")
+  ap.add_argument("--grid_json", default=None,
+                  help='a JSON grid, e.g. \'{"token_v3": {"alpha": [0.3]}}\'')
+  ap.add_argument("--temperature", default="0", help="comma-separated")
+  ap.add_argument("--top_p", default="1", help="comma-separated")
+  ap.add_argument("--gamma", default="5", help="comma-separated")
+  ap.add_argument("--max_new_tokens", type=int, default=None)
+  ap.add_argument("--batch_size", type=int, default=1)
+  ap.add_argument("--seed", type=int, default=0)
+  ap.add_argument("--split", default="test")
+  ap.add_argument("--dtype", default="float32")
+  ap.add_argument("--assets", default=None,
+                  help="default-models directory (default: the package's)")
+  ap.add_argument("--prompt_widths", type=int, default=DEFAULT_PROMPT_WIDTHS,
+                  help="0: any prompt width")
+  ap.add_argument("--repeats", type=int, default=1,
+                  help="time each call this many times, keep the fastest")
+  ap.add_argument("--compilation_cache_dir", default=None,
+                  help="persistent JAX compilation cache (default: "
+                  "<out_dir>/jax_cache; '' disables it)")
+  ap.add_argument("--no_progress", action="store_true")
+  args = ap.parse_args(argv)
+  grid = json.loads(args.grid_json) if args.grid_json else dict(DEFAULT_GRID)
+  if args.methods:
+    names = args.methods.split(",")
+    unknown = sorted(set(names) - set(grid))
+    if unknown:
+      sys.exit(f"--methods: {unknown} not in the grid ({sorted(grid)})")
+    grid = {m: grid[m] for m in names}
+  cache = (os.path.join(args.out_dir, "jax_cache")
+           if args.compilation_cache_dir is None
+           else args.compilation_cache_dir)
+  if cache:
+    enable_compilation_cache(cache)
+  run_main_job(
+      args.out_dir, pairs=args.pairs.split(",") if args.pairs else None,
+      num_examples=args.num_examples, grid=grid,
+      temperature=_floats(args.temperature), top_p=_floats(args.top_p),
+      gamma=[int(g) for g in _floats(args.gamma)],
+      max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
+      seed=args.seed, split=args.split, dtype=args.dtype, assets=args.assets,
+      prompt_widths=args.prompt_widths or None, repeats=args.repeats,
+      progress=not args.no_progress)
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,387 @@
+"""Harness: configs, grids, JSONL rows, warm-up, and resuming after a kill.
+
+The stand-in pair (:func:`stand_in_pair`) is a DefaultPair-like object over
+the tiny random T5 / Gemma pairs of tests/decoding/pairs.py with a tiny
+SentencePiece tokenizer trained here; test_main_job.py reuses it.
+"""
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from specdec_jax import decoding
+from specdec_jax import tokenizer as tokenizer_lib
+from specdec_jax.eval import harness
+from tests.decoding.pairs import tiny_pair
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+
+WORDS = ("the cat sat on a mat while dogs ran in parks and birds sang "
+         "over green hills near old towns").split()
+
+
+def corpus(n: int, seed: int = 0) -> list[str]:
+  rng = np.random.default_rng(seed)
+  return [" ".join(rng.choice(WORDS, size=int(rng.integers(3, 9))))
+          for _ in range(n)]
+
+
+def train_tokenizer(family: str, path: str | None = None):
+  """A tiny tokenizer whose ids fit the tiny models' 64-id vocabulary."""
+  return tokenizer_lib.train(corpus(400, seed=1), vocab_size=48,
+                             family=family, path=path, extra_ids=0,
+                             byte_fallback=False, num_threads=1)
+
+
+@dataclasses.dataclass
+class StandInPair:
+  """The subset of default_models.DefaultPair the eval code uses."""
+
+  name: str
+  drafter: object
+  verifier: object
+  q_params: object
+  p_params: object
+  tokenizer: tokenizer_lib.Tokenizer
+  metrics: tuple = ("rouge2", "bleu")
+  max_new_tokens: int = 12
+  is_encoder_decoder: bool = True
+
+  def encode(self, examples):
+    if self.is_encoder_decoder:
+      return {"inputs": [self.tokenizer.encode(ex["inputs"], add_eos=True)
+                         for ex in examples]}
+    return {"prompts": [self.tokenizer.encode(ex["inputs"])
+                        for ex in examples]}
+
+  def decode(self, token_rows):
+    return self.tokenizer.decode_batch(token_rows)
+
+
+def stand_in_pair(family: str = "t5", tokenizer_path: str | None = None,
+                  name: str | None = None) -> StandInPair:
+  drafter, verifier, q, p = tiny_pair(family)
+  tok = (tokenizer_lib.Tokenizer(tokenizer_path, family, extra_ids=0)
+         if tokenizer_path else train_tokenizer(family))
+  assert tok.vocab_size <= verifier.vocab_size
+  return StandInPair(name or f"tiny_{family}", drafter, verifier, q, p, tok,
+                     is_encoder_decoder=family == "t5")
+
+
+def stand_in_examples(n: int, seed: int = 0) -> list[dict]:
+  texts = corpus(2 * n, seed)
+  return [dict(id=f"ex{i}", inputs=texts[2 * i], targets=texts[2 * i + 1])
+          for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def t5_pair():
+  return stand_in_pair("t5")
+
+
+# ---------------------------------------------------------------- configs
+
+
+def test_run_config_normalises_and_keys():
+  cfg = harness.RunConfig("token_v3", {"alpha": 0.3}, temperature=0,
+                          top_p=0.9)
+  assert cfg.knobs == (("alpha", 0.3),)
+  assert cfg.top_p == 1.0  # ignored when greedy
+  assert cfg.key == ("token_v3[alpha=0.3]|T=0.0|top_p=1.0|gamma=5|"
+                     "max_new=None|bs=1|seed=0")
+  assert hash(cfg) == hash(harness.RunConfig("token_v3", (("alpha", 0.3),),
+                                             top_p=0.5))
+  assert isinstance(cfg.sampling(), decoding.Greedy)
+  samp = harness.RunConfig("token_v3", {"alpha": 0.3}, temperature=0.5,
+                           top_p=0.9).sampling()
+  assert isinstance(samp, decoding.TopP) and samp.p == 0.9
+  assert isinstance(harness.RunConfig("chow", temperature=1.0).sampling(),
+                    decoding.Temperature)
+  # No draft block: gamma does not matter and is stored as 0.
+  assert harness.RunConfig("target_only", gamma=7).gamma == 0
+  assert harness.RunConfig.from_json(cfg.to_json()) == cfg
+  # alpha=0 and alpha=0.0 are one setting; integer and string knobs keep
+  # their type.
+  assert harness.RunConfig("diff", {"alpha": 0}).key == harness.RunConfig(
+      "diff", {"alpha": 0.0}).key
+  tc = harness.RunConfig("token_cascade", {"alpha": 0.5, "chunk": 8.0})
+  assert tc.knobs == (("alpha", 0.5), ("chunk", 8))
+  assert tc.make_method().chunk == 8
+  log = harness.RunConfig("chow", {"alpha": 0.7, "loss": "log"})
+  assert log.make_method().target.loss == "log"
+  assert log.knob_str == "alpha=0.7,loss=log"
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(method="nope"), "unknown method 'nope'"),
+    (dict(method="chow", knobs={"beta": 1.0}), "bad knobs \\['beta'\\]"),
+    (dict(method="chow", knobs={"alpha": 2.0}), "Chow alpha"),
+    (dict(method="chow", knobs={"alpha": [0.1, 0.2]}), "must be a number"),
+    (dict(method="token_cascade", knobs={"chunk": 2.5}), "must be an integer"),
+    (dict(method="bild", temperature=0.5), "bild is greedy-only"),
+    (dict(method="chow", gamma=0), "gamma must be an integer >= 1"),
+    (dict(method="chow", top_p=0.0), "top_p must be in \\(0, 1\\]"),
+    (dict(method="chow", temperature=-1.0), "temperature must be"),
+])
+def test_run_config_errors(kwargs, message):
+  with pytest.raises(ValueError, match=message):
+    harness.RunConfig(**kwargs)
+
+
+def test_grid_product_and_dedup():
+  cfgs = harness.grid(
+      {"target_only": {}, "bild": {"alpha_rollback": [1.0, 2.0]},
+       "token_v3": {"alpha": [0.1, 0.3]}},
+      temperature=[0.0, 0.5], top_p=[1.0, 0.9], gamma=[3, 5])
+  keys = [c.key for c in cfgs]
+  assert len(keys) == len(set(keys))
+  count = lambda m: sum(c.method == m for c in cfgs)
+  # target_only: T=0 (top-p dropped) + T=0.5 x 2 top-p; gamma dropped.
+  assert count("target_only") == 3
+  # bild is greedy-only: T=0 x 2 gammas x 2 alphas.
+  assert count("bild") == 4
+  assert {c.temperature for c in cfgs if c.method == "bild"} == {0.0}
+  # token_v3: (1 + 2) sampling settings x 2 gammas x 2 alphas.
+  assert count("token_v3") == 12
+  assert harness.grid(["spec_decode", "spec_decode"]) == [
+      harness.RunConfig("spec_decode")]
+
+
+def test_request_id_is_stable():
+  assert harness.request_id("ex0") == harness.request_id("ex0")
+  assert harness.request_id("ex0") != harness.request_id("ex1")
+  assert 0 <= harness.request_id("x" * 100) < 2**31
+
+
+# ---------------------------------------------------------------- running
+
+
+def test_rows_match_generate_and_warmup_is_untimed(t5_pair, tmp_path):
+  examples = stand_in_examples(3)
+  examples[2]["inputs"] = " ".join(WORDS)  # longer than 16 tokens
+  cfgs = [harness.RunConfig("target_only"),
+          harness.RunConfig("token_v3", {"alpha": 0.2}, gamma=3),
+          harness.RunConfig("token_v3", {"alpha": 0.6}, gamma=3)]
+  path = str(tmp_path / "r.jsonl")
+  stats = harness.run(t5_pair, cfgs, examples, path, progress=False)
+  rows = harness.load_rows(path)
+  assert stats.written == len(rows) == 9 and stats.skipped == 0
+  # Encoder inputs share one padded width, and alpha is traced: one program
+  # per method.
+  assert stats.warmups == 2
+  assert len({r["key"] for r in rows}) == 9
+  # Each row equals a direct generate call on that example alone.
+  enc = harness.encode_examples(t5_pair, examples)
+  for row in rows:
+    cfg = harness.RunConfig.from_json(row["config"])
+    i = int(row["example_id"][2:])
+    res = decoding.generate(
+        cfg.make_method(), t5_pair.drafter, t5_pair.verifier,
+        t5_pair.q_params, t5_pair.p_params, inputs=[enc[i]["inputs"]],
+        gamma=max(cfg.gamma, 1), max_new_tokens=t5_pair.max_new_tokens,
+        request_ids=[harness.request_id(row["example_id"])])
+    assert row["tokens"] == res.sequences()[0]
+    assert row["num_tokens"] == int(res.lengths[0])
+    assert row["prediction"] == t5_pair.tokenizer.decode(res.sequences()[0])
+    assert row["verifier_calls"] == int(res.verifier_calls[0])
+    assert row["drafter_calls"] == int(res.drafter_calls[0])
+    assert row["accepted"] == int(res.accepted[0])
+    assert row["drafted"] == int(res.drafted[0])
+    assert row["deferrals"] == pytest.approx(float(res.deferrals[0]))
+    assert row["latency_s"] > 0
+  # Padding encoder inputs to the dataset's width changes nothing: the
+  # encoder masks the pad id.
+  unpadded = t5_pair.encode(examples)["inputs"]
+  assert harness.padded_width(unpadded[:1]) < len(enc[0]["inputs"])
+  for row in rows:
+    if row["config"]["method"] != "target_only":
+      continue
+    i = int(row["example_id"][2:])
+    res = decoding.generate(
+        decoding.make_method("target_only"), t5_pair.drafter,
+        t5_pair.verifier, t5_pair.q_params, t5_pair.p_params,
+        inputs=[unpadded[i]], max_new_tokens=t5_pair.max_new_tokens)
+    assert row["tokens"] == res.sequences()[0]
+  # Rerunning skips everything.
+  again = harness.run(t5_pair, cfgs, examples, path, progress=False)
+  assert (again.written, again.skipped, again.warmups) == (0, 9, 0)
+
+
+def test_timing_counts_only_timed_calls(t5_pair, tmp_path):
+  """A fake clock: the warm-up call's time never reaches a row."""
+  ticks = iter(range(1000))
+  clock = lambda: float(next(ticks))
+  examples = stand_in_examples(2)
+  path = str(tmp_path / "r.jsonl")
+  stats = harness.run(t5_pair, [harness.RunConfig("drafter_only")], examples,
+                      path, progress=False, clock=clock)
+  rows = harness.load_rows(path)
+  # Clock reads: start, warm-up (2), timed (2), timed (2), end.
+  assert [r["latency_s"] for r in rows] == [1.0, 1.0]
+  assert (stats.warmups, stats.warmup_s, stats.decode_s) == (1, 1.0, 2.0)
+
+
+def test_repeats_keep_the_fastest_call(t5_pair, tmp_path):
+  # Clock reads: start, warm-up (0, 10), three timed calls (10, 13), (13, 14),
+  # (14, 16), end.
+  ticks = iter([0.0, 0.0, 10.0, 10.0, 13.0, 13.0, 14.0, 14.0, 16.0, 16.0])
+  path = str(tmp_path / "r.jsonl")
+  stats = harness.run(t5_pair, [harness.RunConfig("drafter_only")],
+                      stand_in_examples(1), path, progress=False,
+                      clock=lambda: next(ticks), repeats=3)
+  (row,) = harness.load_rows(path)
+  assert row["latency_s"] == 1.0
+  assert row["batch_latency_runs_s"] == [3.0, 1.0, 2.0]
+  assert (stats.warmup_s, stats.decode_s, stats.wall_s) == (10.0, 6.0, 16.0)
+  with pytest.raises(ValueError, match="repeats must be >= 1"):
+    harness.run(t5_pair, [], [], path, repeats=0)
+
+
+def test_batched_rows_equal_batch_one(t5_pair, tmp_path):
+  examples = stand_in_examples(3)
+  one = str(tmp_path / "one.jsonl")
+  three = str(tmp_path / "three.jsonl")
+  harness.run(t5_pair, [harness.RunConfig("drafter_only", temperature=1.0)],
+              examples, one, progress=False)
+  harness.run(t5_pair, [harness.RunConfig("drafter_only", temperature=1.0,
+                                          batch_size=3)],
+              examples, three, progress=False)
+  a, b = harness.load_rows(one), harness.load_rows(three)
+  # Per-request keys: sampled tokens do not depend on the batch.
+  assert [r["tokens"] for r in a] == [r["tokens"] for r in b]
+  assert [r["batch"] for r in b] == [3, 3, 3]
+  assert b[0]["latency_s"] == pytest.approx(b[0]["batch_latency_s"] / 3)
+
+
+def test_decoder_only_pair_runs(tmp_path):
+  pair = stand_in_pair("gemma")
+  examples = stand_in_examples(2)
+  path = str(tmp_path / "g.jsonl")
+  harness.run(pair, [harness.RunConfig("chow", {"alpha": 0.5}, gamma=2)],
+              examples, path, progress=False)
+  rows = harness.load_rows(path)
+  assert [r["example_id"] for r in rows] == ["ex0", "ex1"]
+  assert all(r["drafted"] > 0 for r in rows)
+
+
+# ---------------------------------------------------------------- the file
+
+
+def _row(key, **kw):
+  return dict(key=key, **kw)
+
+
+def test_torn_last_line_is_dropped_and_rerun(tmp_path):
+  path = str(tmp_path / "r.jsonl")
+  with harness.ResultsFile(path) as f:
+    f.append(_row("a", v=1))
+    f.append(_row("b", v=2))
+  with open(path, "ab") as f:
+    f.write(b'{"key": "c", "v"')  # killed mid-write
+  assert [r["key"] for r in harness.load_rows(path)] == ["a", "b"]
+  with pytest.warns(UserWarning, match="torn last line"):
+    with harness.ResultsFile(path) as f:
+      assert f.keys == {"a", "b"}
+      f.append(_row("c", v=3))
+  with open(path, encoding="utf-8") as f:
+    lines = f.read().splitlines()
+  assert [json.loads(l) for l in lines] == [
+      _row("a", v=1), _row("b", v=2), _row("c", v=3)]
+
+
+def test_corrupt_middle_line_is_an_error(tmp_path):
+  path = str(tmp_path / "r.jsonl")
+  with open(path, "w") as f:
+    f.write('{"key": "a"}\nnot json\n{"key": "b"}\n')
+  with pytest.raises(ValueError, match=r"r.jsonl:2: corrupt results line"):
+    harness.load_rows(path)
+
+
+def test_duplicate_append_and_concurrent_writer_are_refused(tmp_path):
+  path = str(tmp_path / "r.jsonl")
+  with harness.ResultsFile(path) as f:
+    f.append(_row("a"))
+    with pytest.raises(ValueError, match="already in"):
+      f.append(_row("a"))
+    with pytest.raises(RuntimeError, match="another process"):
+      with harness.ResultsFile(path):
+        pass
+
+
+_SWEEP = textwrap.dedent("""
+    import sys
+    from specdec_jax.eval import harness
+    from tests.eval import test_harness as th
+    pair = th.stand_in_pair("t5", tokenizer_path=sys.argv[2])
+    harness.run(pair, th.kill_test_configs(), th.stand_in_examples(4),
+                sys.argv[1], progress=False)
+""")
+
+
+def kill_test_configs():
+  # The programs of test_rows_match_generate_and_warmup_is_untimed (cached
+  # in this process) plus drafter-only; 4 configs x 4 examples.
+  return [harness.RunConfig("target_only"), harness.RunConfig("drafter_only"),
+          harness.RunConfig("token_v3", {"alpha": 0.2}, gamma=3),
+          harness.RunConfig("token_v3", {"alpha": 0.5}, gamma=3)]
+
+
+def _count_lines(path):
+  if not os.path.exists(path):
+    return 0
+  with open(path, "rb") as f:
+    return f.read().count(b"\n")
+
+
+@pytest.mark.slow
+def test_sigkill_mid_sweep_then_resume(tmp_path):
+  tok_path = str(tmp_path / "tok.model")
+  train_tokenizer("t5", tok_path)
+  # The rerun reads the first run's compiled programs from disk.
+  env = dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS="cpu",
+             JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jax_cache"),
+             JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+             JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+  path = str(tmp_path / "killed.jsonl")
+  cmd = [sys.executable, "-c", _SWEEP, path, tok_path]
+  total = len(kill_test_configs()) * 4
+  proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT)
+  deadline = time.time() + 120
+  while _count_lines(path) < 3:
+    assert proc.poll() is None, proc.stdout.read().decode()
+    assert time.time() < deadline, "the sweep wrote no rows in 120 s"
+    time.sleep(0.005)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  done_at_kill = _count_lines(path)
+  assert 3 <= done_at_kill < total, "the kill came too late to test resuming"
+  # Worst case on top: the kill tore a line in the middle of writing it.
+  with open(path, "ab") as f:
+    f.write(b'{"key": "tiny_t5|token_v3[alpha=0.2]|T=0.0|top_p=1.0|gam')
+  out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True,
+                       text=True, timeout=300, check=True)
+  assert "torn last line" in out.stderr
+  resumed = harness.load_rows(path)
+  # An uninterrupted run of the same sweep, in this process.
+  pair = stand_in_pair("t5", tokenizer_path=tok_path)
+  clean = str(tmp_path / "clean.jsonl")
+  harness.run(pair, kill_test_configs(), stand_in_examples(4), clean,
+              progress=False)
+  reference = harness.load_rows(clean)
+  assert _count_lines(path) == len(resumed) == total
+  assert len({r["key"] for r in resumed}) == total
+  assert sorted(r["key"] for r in resumed) == sorted(
+      r["key"] for r in reference)
+  by_key = {r["key"]: r for r in reference}
+  for r in resumed:  # greedy: the same tokens however the run was split
+    assert r["tokens"] == by_key[r["key"]]["tokens"]
