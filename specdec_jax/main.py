@@ -112,7 +112,67 @@ def run(mode: str | None = None, drafter=None, verifier=None, method=None,
     return rows
   if mode == "plan":
     return plan_spec()
-  raise ValueError(f"mode {mode!r} is not available in this build")
+  if mode == "main":
+    return main_job_spec()
+  if drafter is None or verifier is None:
+    raise ValueError(f"{mode} needs a drafter and a verifier: include a "
+                     f"gin/pairs/*.gin file")
+  return eval_spec(drafter=drafter, verifier=verifier,
+                   max_new_tokens=max_new_tokens, output_dir=output_dir,
+                   bench=mode == "bench")
+
+
+@gin.configurable
+def eval_spec(drafter=None, verifier=None, dataset: str = gin.REQUIRED,
+              split: str = "test", num_examples: int | None = 100,
+              metrics=("bleu",), sweep: str = "configs/sweeps.py:smoke",
+              sweep_overrides=None, max_new_tokens: int = 64,
+              inputs_key: str = "inputs", targets_key: str = "targets",
+              output_dir: str | None = None, repeats: int = 1,
+              bench: bool = False):
+  """Modes 'eval' and 'bench': a sweep over a dataset, then the summary.
+
+  ``sweep`` is an ml_collections config file with an optional name,
+  ``configs/sweeps.py:paper_t5`` (see configs/sweeps.py); ``bench`` times
+  every call 3 times and keeps the fastest.
+  """
+  cfg = _load_sweep(sweep)
+  if sweep_overrides:
+    cfg.update(dict(sweep_overrides))
+  if max_new_tokens and "max_new_tokens" not in (sweep_overrides or {}):
+    cfg.max_new_tokens = max_new_tokens
+  pair = runs.load_pair(drafter, verifier, metrics, cfg.max_new_tokens)
+  family_extra = 100 if pair.verifier.is_encoder_decoder else 0
+  examples = runs.load_examples(
+      dataset, split, num_examples or cfg.num_examples, inputs_key,
+      targets_key, vocabulary=verifier.tokenizer, extra_ids=family_extra)
+  out = output_dir or os.path.join("results", "bench" if bench else "eval")
+  return runs.run_eval(pair, examples, cfg.to_dict(), out,
+                       repeats=3 if bench else repeats)
+
+
+def _load_sweep(spec: str):
+  """'path/to/file.py[:name]' -> the ml_collections ConfigDict."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  path, _, name = spec.partition(":")
+  if not os.path.isabs(path) and not os.path.isfile(path):
+    path = os.path.join(os.path.dirname(GIN_DIR), path)
+  if not os.path.isfile(path):
+    raise ValueError(f"sweep config file not found: {spec}")
+  module_spec = importlib.util.spec_from_file_location("_sweep", path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return module.get_config(name) if name else module.get_config()
+
+
+@gin.configurable
+def main_job_spec(output_dir: str = "results/main_job", pairs=None,
+                  num_examples: int | None = None):
+  """Mode 'main': every method on the built-in default pairs (the README's
+  first command); see specdec_jax/eval/main_job.py."""
+  from specdec_jax.eval import main_job  # pylint: disable=g-import-not-at-top
+  kw = {} if num_examples is None else {"num_examples": num_examples}
+  return main_job.run_main_job(output_dir, pairs=pairs, **kw)
 
 
 # --------------------------------------------------------------------------

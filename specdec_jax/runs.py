@@ -254,3 +254,160 @@ def sampling_from(temperature: float = 0.0, top_k: int | None = None,
   if top_p is not None:
     return decoding.TopP(top_p, temperature)
   return decoding.Temperature(temperature)
+
+
+@dataclasses.dataclass
+class LoadedPair:
+  """A drafter/verifier pair with its tokenizer, for the eval harness.
+
+  Satisfies ``specdec_jax.eval.harness.Pair``: text examples in, text out.
+
+  Attributes:
+    name: label of the pair in result keys.
+    drafter, verifier: models; q_params, p_params: their parameters.
+    tokenizer: the shared Tokenizer.
+    metrics: metric names (the primary first).
+    max_new_tokens: generation budget.
+  """
+
+  name: str
+  drafter: Any
+  verifier: Any
+  q_params: Any
+  p_params: Any
+  tokenizer: tokenizer_lib.Tokenizer
+  metrics: tuple[str, ...]
+  max_new_tokens: int
+
+  @property
+  def is_encoder_decoder(self) -> bool:
+    return self.verifier.is_encoder_decoder
+
+  def encode(self, examples) -> dict:
+    """Example texts -> ``generate`` keyword arguments (ragged ids)."""
+    enc = self.is_encoder_decoder
+    rows = [_to_ids({"inputs": e["inputs"], "id": e.get("id")},
+                    self.tokenizer, enc) for e in examples]
+    return {"inputs": rows} if enc else {"prompts": rows}
+
+  def decode(self, token_rows) -> list[str]:
+    return [self.tokenizer.decode(list(map(int, r))) for r in token_rows]
+
+
+def load_pair(drafter: ModelSpec, verifier: ModelSpec,
+              metrics: Sequence[str], max_new_tokens: int,
+              name: str | None = None):
+  """Loads both models (a built-in default pair as a whole) for evaluation."""
+  if drafter.default_pair and drafter.default_pair == verifier.default_pair:
+    from specdec_jax.eval import default_models  # pylint: disable=g-import-not-at-top
+    return default_models.load(verifier.default_pair, dtype=verifier.dtype)
+  v_model, p_params, v_tok = verifier.load()
+  d_model, q_params, d_tok = drafter.load()
+  if v_tok is None or d_tok is None:
+    raise ValueError("evaluation needs text: set ModelSpec.tokenizer for the "
+                     "drafter and the verifier (the same SentencePiece "
+                     "model)")
+  tokenizer_lib.check_same_vocabulary(d_tok, v_tok)
+  label = name or f"{drafter.preset or 'drafter'}->{verifier.preset or 'v'}"
+  return LoadedPair(label, d_model, v_model, q_params, p_params, v_tok,
+                    tuple(metrics), max_new_tokens)
+
+
+def load_examples(dataset: str, split: str = "test",
+                  limit: int | None = None, inputs_key: str = "inputs",
+                  targets_key: str = "targets",
+                  vocabulary: str | None = None,
+                  extra_ids: int = 0) -> list[dict]:
+  """Examples {'id', 'inputs', 'targets'} from one of:
+
+  * a local JSONL / TSV file or glob (``specdec_jax.eval.datasets``);
+  * ``'default:<pair>'``, a built-in default task's split;
+  * a seqio task name (needs ``specdec_jax[seqio]``); the paper's benchmark
+    tasks are registered on demand with ``vocabulary`` (a SentencePiece
+    .model path) and ``extra_ids``.
+  """
+  from specdec_jax.eval import datasets  # pylint: disable=g-import-not-at-top
+  if dataset.startswith("default:"):
+    from specdec_jax.eval import default_models  # pylint: disable=g-import-not-at-top
+    return default_models.examples(dataset.split(":", 1)[1], split, limit)
+  try:
+    datasets.resolve_paths(dataset)
+    is_file = True
+  except FileNotFoundError:
+    is_file = False
+  if is_file:
+    return datasets.load(dataset, inputs_key=inputs_key,
+                         targets_key=targets_key, limit=limit)
+  if os.sep in dataset or dataset.endswith((".jsonl", ".tsv")):
+    raise ValueError(f"dataset file not found: {dataset}")
+  return _seqio_examples(dataset, split, limit, vocabulary, extra_ids)
+
+
+def _seqio_examples(task_name: str, split: str, limit: int | None,
+                    vocabulary: str | None, extra_ids: int) -> list[dict]:
+  """Text examples of a seqio task (its '*_pretokenized' features)."""
+  try:
+    import seqio  # pylint: disable=g-import-not-at-top
+    from specdec_jax import seqio as sj  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    raise ValueError(f"dataset {task_name!r} is not a local file, and seqio "
+                     f"is not installed to look it up as a task (pip install "
+                     f"'specdec_jax[seqio]')") from None
+  if task_name not in seqio.TaskRegistry.names() and vocabulary:
+    sj.register_tasks(sj.sentencepiece_vocabulary(vocabulary, extra_ids))
+  if task_name not in seqio.TaskRegistry.names():
+    raise ValueError(f"unknown dataset {task_name!r}: not a local file and "
+                     f"not a registered seqio task (see docs/seqio.md)")
+  task = seqio.get_mixture_or_task(task_name)
+  ds = task.get_dataset(sequence_length=None, split=split, shuffle=False)
+  out = []
+  for i, ex in enumerate(ds.as_numpy_iterator()):
+    if limit is not None and i >= limit:
+      break
+    text = lambda k: ex[k].decode("utf-8") if isinstance(ex[k], bytes) \
+        else str(ex[k])
+    out.append(dict(id=str(i), inputs=text("inputs_pretokenized"),
+                    targets=text("targets_pretokenized")))
+  return out
+
+
+def run_eval(pair, examples: Sequence[dict], sweep: dict,
+             output_dir: str, repeats: int = 1, progress: bool = True):
+  """Runs a sweep over examples; writes results.jsonl, summary.{json,md}
+  and quality-vs-latency plots. Resumable: rerun to continue.
+
+  Args:
+    pair: LoadedPair or default_models.DefaultPair.
+    examples: dicts with 'id', 'inputs', 'targets'.
+    sweep: {'methods': {name: {knob: [values]}}, 'temperatures': [...],
+      'top_p': [...], 'gammas': [...], 'max_new_tokens': int,
+      'batch_size': int, 'seed': int} (configs/sweeps.py).
+    output_dir: where results go (only process 0 writes).
+    repeats: time each call this many times, keep the fastest.
+    progress: progress bars.
+
+  Returns:
+    The per-method summaries (report.MethodSummary).
+  """
+  from specdec_jax.eval import harness, plots, report  # pylint: disable=g-import-not-at-top
+  top_p = [1.0 if p is None else p for p in sweep.get("top_p", [None])]
+  configs = harness.grid(
+      {m: dict(k) for m, k in sweep["methods"].items()},
+      temperature=list(sweep.get("temperatures", [0.0])), top_p=top_p,
+      gamma=list(sweep.get("gammas", [5])),
+      max_new_tokens=sweep.get("max_new_tokens"),
+      batch_size=sweep.get("batch_size", 1), seed=sweep.get("seed", 0))
+  os.makedirs(output_dir, exist_ok=True)
+  path = os.path.join(output_dir, "results.jsonl")
+  harness.run(pair, configs, examples, path, progress=progress,
+              repeats=repeats)
+  rows = harness.load_rows(path)
+  targets = {str(e["id"]): e["targets"] for e in examples}
+  aggs = report.aggregate(rows, targets, pair.metrics)
+  summaries = report.summarize(aggs)
+  if is_writer():
+    report.write_summary(output_dir, aggs, summaries)
+    plots.plot_all(aggs, output_dir)
+  print(report.results_table(aggs), file=sys.stderr)
+  print(report.summary_table(summaries), file=sys.stderr)
+  return summaries

@@ -80,10 +80,45 @@ def test_method_files_build(path, monkeypatch):
   method.validate()
 
 
-@pytest.mark.parametrize("path", _files("runs"))
-def test_run_files_parse(path, monkeypatch):
-  seen = _build([path, "pairs/tiny_random.gin"], (), monkeypatch)
+def test_decode_run_file_builds(monkeypatch):
+  seen = _build(["runs/decode.gin", "pairs/tiny_random.gin"], (), monkeypatch)
   assert isinstance(seen["sampling"], decoding.Temperature)
+
+
+@pytest.mark.parametrize("path,mode", [("runs/eval.gin", "eval"),
+                                       ("runs/bench.gin", "bench")])
+def test_eval_and_bench_run_files_build(path, mode, monkeypatch):
+  seen = {}
+  monkeypatch.setattr(runs, "load_pair", lambda d, v, metrics, n: (
+      seen.update(drafter=d, verifier=v, metrics=metrics, max_new=n) or
+      type("P", (), {"verifier": models.get_model("gemma_tiny")})()))
+  monkeypatch.setattr(runs, "load_examples", lambda *a, **k: (
+      seen.update(dataset=a[0], limit=a[2]) or [{"id": "0"}]))
+  monkeypatch.setattr(runs, "run_eval", lambda pair, ex, sweep, out, **k: (
+      seen.update(sweep=sweep, out=out, repeats=k["repeats"])))
+  main.parse_gin([path, "pairs/tiny_random.gin"],
+                 ["EVAL_TASK = 'data.jsonl'", "EVAL_METRICS = ['bleu']"])
+  main.run()
+  assert seen["dataset"] == "data.jsonl" and seen["metrics"] == ["bleu"]
+  assert seen["verifier"].preset == "gemma2_tiny"
+  assert set(seen["sweep"]["methods"]) >= {"target_only", "spec_decode"}
+  assert seen["repeats"] == (3 if mode == "bench" else 1)
+  assert seen["out"] == f"results/{mode}"
+
+
+def test_main_job_and_plan_run_files_build(monkeypatch):
+  from specdec_jax.eval import main_job  # pylint: disable=g-import-not-at-top
+  seen = {}
+  monkeypatch.setattr(main_job, "run_main_job",
+                      lambda out, pairs=None, **kw: seen.update(out=out))
+  main.parse_gin(["runs/main_job.gin"], ["OUTPUT_DIR = '/tmp/x'"])
+  main.run()
+  assert seen["out"] == "/tmp/x"
+  gin.clear_config()
+  main.parse_gin(["runs/plan.gin"], ["BATCHES = (1,)",
+                                     "TOPOLOGIES = ('v4-8',)"])
+  rows = main.run()
+  assert {r["batch"] for r in rows} == {1} and len(rows) == 2
 
 
 def test_decode_run_end_to_end_on_tiny_models(tmp_path):
