@@ -248,8 +248,22 @@ def _mix(delta: jax.Array, sq: jax.Array, sp: jax.Array) -> jax.Array:
   return (1.0 - d) * sq + d * sp
 
 
+class _Cascade:
+  """Shared by the cascade rules: ``T = (1 - delta) S(q) + delta S(p)``.
+
+  Subclasses define ``deferral(q, p, sq, sp) -> delta [B, K]``.
+  """
+
+  def __call__(self, q, p, sq, sp):
+    delta = self.deferral(q, p, sq, sp)
+    return _mix(delta, sq, sp), delta
+
+  def _alpha(self, ndim: int) -> jax.Array:
+    return per_row(jnp.asarray(self.alpha, jnp.float32), ndim)
+
+
 @struct.dataclass
-class Chow:
+class Chow(_Cascade):
   """SpecCascade[Chow]: defer when the drafter is unsure.
 
   ``delta = 1[L(q) > alpha]``; with the 0-1 loss ``1[max q < 1 - alpha]``.
@@ -266,12 +280,8 @@ class Chow:
   normalized: bool = struct.field(pytree_node=False, default=True)
 
   def deferral(self, q, p, sq, sp):
-    alpha = per_row(jnp.asarray(self.alpha, jnp.float32), q.ndim - 1)
+    alpha = self._alpha(q.ndim - 1)
     return (expected_loss(q, self.loss) > alpha).astype(jnp.float32)
-
-  def __call__(self, q, p, sq, sp):
-    delta = self.deferral(q, p, sq, sp)
-    return _mix(delta, sq, sp), delta
 
   def validate(self) -> None:
     _validate_loss(self.loss)
@@ -282,7 +292,7 @@ class Chow:
 
 
 @struct.dataclass
-class Diff:
+class Diff(_Cascade):
   """SpecCascade[Diff]: ``delta = 1[L(q) > L(p) + alpha]``.
 
   0-1 loss: ``1[max q < max p - alpha]``. Implementable speculatively
@@ -299,13 +309,9 @@ class Diff:
   normalized: bool = struct.field(pytree_node=False, default=True)
 
   def deferral(self, q, p, sq, sp):
-    alpha = per_row(jnp.asarray(self.alpha, jnp.float32), q.ndim - 1)
+    alpha = self._alpha(q.ndim - 1)
     return (expected_loss(q, self.loss) >
             expected_loss(p, self.loss) + alpha).astype(jnp.float32)
-
-  def __call__(self, q, p, sq, sp):
-    delta = self.deferral(q, p, sq, sp)
-    return _mix(delta, sq, sp), delta
 
   def validate(self) -> None:
     _validate_loss(self.loss)
@@ -315,7 +321,7 @@ class Diff:
 
 
 @struct.dataclass
-class OPT:
+class OPT(_Cascade):
   """SpecCascade[OPT], the plug-in of the optimal rule (Lemma 4).
 
   ``delta = 1[L(q) > L(p) + alpha * D_TV(S(p), S(q))]`` (TV between the
@@ -333,14 +339,10 @@ class OPT:
   normalized: bool = struct.field(pytree_node=False, default=True)
 
   def deferral(self, q, p, sq, sp):
-    alpha = per_row(jnp.asarray(self.alpha, jnp.float32), q.ndim - 1)
+    alpha = self._alpha(q.ndim - 1)
     gap = alpha * tv_distance(sp, sq)
     return (expected_loss(q, self.loss) >
             expected_loss(p, self.loss) + gap).astype(jnp.float32)
-
-  def __call__(self, q, p, sq, sp):
-    delta = self.deferral(q, p, sq, sp)
-    return _mix(delta, sq, sp), delta
 
   def validate(self) -> None:
     _validate_loss(self.loss)
@@ -348,7 +350,7 @@ class OPT:
 
 
 @struct.dataclass
-class BiLDStar:
+class BiLDStar(_Cascade):
   """BiLD* (stochastic BiLD via Alg. 4): defer when q and p disagree.
 
   ``delta = 1[D(q, p) > alpha]`` with D the total-variation distance ('tv')
@@ -365,7 +367,7 @@ class BiLDStar:
   normalized: bool = struct.field(pytree_node=False, default=True)
 
   def deferral(self, q, p, sq, sp):
-    alpha = per_row(jnp.asarray(self.alpha, jnp.float32), q.ndim - 1)
+    alpha = self._alpha(q.ndim - 1)
     if self.divergence == "tv":
       dist = tv_distance(p, q)
     else:
@@ -373,10 +375,6 @@ class BiLDStar:
       dist = jnp.sum(jnp.where(p > 0, p * (jnp.log(jnp.where(p > 0, p, 1.0))
                                           - jnp.log(safe_q)), 0.0), axis=-1)
     return (dist > alpha).astype(jnp.float32)
-
-  def __call__(self, q, p, sq, sp):
-    delta = self.deferral(q, p, sq, sp)
-    return _mix(delta, sq, sp), delta
 
   def validate(self) -> None:
     if self.divergence not in ("tv", "kl"):
@@ -402,8 +400,26 @@ def _token_target(r, sq, sp):
   return sq * (1.0 - r) + sp * eta[..., None], eta
 
 
+class _TokenSpecific:
+  """Shared by V1-V3: ``pi(v) = S(q)(v) (1 - r(v)) + S(p)(v) eta``.
+
+  Subclasses define ``rule(q, p, alpha) -> r [B, K, V] bool`` (True where
+  token v is deferred) and ``ALPHA_RANGE``.
+  """
+
+  ALPHA_RANGE = (-1.0, 1.0)
+
+  def __call__(self, q, p, sq, sp):
+    alpha = per_row(jnp.asarray(self.alpha, jnp.float32), q.ndim)
+    return _token_target(self.rule(q, p, alpha).astype(jnp.float32), sq, sp)
+
+  def validate(self) -> None:
+    _check_range(f"{type(self).__name__} alpha", self.alpha,
+                 *self.ALPHA_RANGE)
+
+
 @struct.dataclass
-class TokenV1:
+class TokenV1(_TokenSpecific):
   """Token-specific rule V1: ``r(v) = 1[q(v) < max p - alpha]``.
 
   Attributes:
@@ -414,17 +430,12 @@ class TokenV1:
   needs_drafter_at_bonus: bool = struct.field(pytree_node=False, default=True)
   normalized: bool = struct.field(pytree_node=False, default=True)
 
-  def __call__(self, q, p, sq, sp):
-    alpha = per_row(jnp.asarray(self.alpha, jnp.float32), q.ndim)
-    r = (q < jnp.max(p, axis=-1, keepdims=True) - alpha).astype(jnp.float32)
-    return _token_target(r, sq, sp)
-
-  def validate(self) -> None:
-    _check_range("TokenV1 alpha", self.alpha, -1.0, 1.0)
+  def rule(self, q, p, alpha):
+    return q < jnp.max(p, axis=-1, keepdims=True) - alpha
 
 
 @struct.dataclass
-class TokenV2:
+class TokenV2(_TokenSpecific):
   """Token-specific rule V2: ``r(v) = 1[p(v) < max p - alpha]``.
 
   Attributes:
@@ -435,17 +446,12 @@ class TokenV2:
   needs_drafter_at_bonus: bool = struct.field(pytree_node=False, default=True)
   normalized: bool = struct.field(pytree_node=False, default=True)
 
-  def __call__(self, q, p, sq, sp):
-    alpha = per_row(jnp.asarray(self.alpha, jnp.float32), q.ndim)
-    r = (p < jnp.max(p, axis=-1, keepdims=True) - alpha).astype(jnp.float32)
-    return _token_target(r, sq, sp)
-
-  def validate(self) -> None:
-    _check_range("TokenV2 alpha", self.alpha, -1.0, 1.0)
+  def rule(self, q, p, alpha):
+    return p < jnp.max(p, axis=-1, keepdims=True) - alpha
 
 
 @struct.dataclass
-class TokenV3:
+class TokenV3(_TokenSpecific):
   """Token-specific rule V3: ``r(v) = 1[p(v) < (1 - alpha) max p]``.
 
   At temperature 0 this is exactly :class:`LossyGreedy` (Lemma 7).
@@ -454,18 +460,14 @@ class TokenV3:
     alpha: [] or [B] in [0, 1].
   """
 
+  ALPHA_RANGE = (0.0, 1.0)
+
   alpha: jax.Array = 0.0
   needs_drafter_at_bonus: bool = struct.field(pytree_node=False, default=True)
   normalized: bool = struct.field(pytree_node=False, default=True)
 
-  def __call__(self, q, p, sq, sp):
-    alpha = per_row(jnp.asarray(self.alpha, jnp.float32), q.ndim)
-    r = (p < (1.0 - alpha) * jnp.max(p, axis=-1, keepdims=True)).astype(
-        jnp.float32)
-    return _token_target(r, sq, sp)
-
-  def validate(self) -> None:
-    _check_range("TokenV3 alpha", self.alpha, 0.0, 1.0)
+  def rule(self, q, p, alpha):
+    return p < (1.0 - alpha) * jnp.max(p, axis=-1, keepdims=True)
 
 
 @struct.dataclass
