@@ -16,8 +16,10 @@ batch 1 by default, compilation excluded -- every distinct compiled program
 (method structure, sampling kind, gamma, lengths, padded widths, batch) is run
 once untimed before its first timed call. Knob values (alpha, beta,
 temperature, top-p, seeds) are traced, so a knob sweep of one method compiles
-once. Encoder inputs are padded to one width for the whole dataset (t5x style),
-so an encoder-decoder pair compiles each method once.
+once. Every call pads its prompts (decoder-only) or encoder inputs to ONE
+width for the whole example set (``generate(..., pad_to=width)``; t5x style),
+so each method compiles once per pair whatever the examples' lengths, and no
+example has to be left out for being long. Padding never changes outputs.
 
 Resuming: each row is written with a single ``write`` and ``fsync``'d before
 the next example starts. Rerunning the same sweep on the same file skips every
@@ -360,6 +362,8 @@ class RunStats:
     wall_s: seconds of the whole call.
     cpu_s: CPU seconds of this process during the call (on a machine
       shared with other work, closer to the time an idle machine takes).
+    pad_width: the padded width of every call's prompts / encoder inputs
+      (:func:`encode_examples`; 0 without examples).
   """
 
   written: int = 0
@@ -369,6 +373,7 @@ class RunStats:
   decode_s: float = 0.0
   wall_s: float = 0.0
   cpu_s: float = 0.0
+  pad_width: int = 0
 
 
 def padded_width(rows) -> int:
@@ -377,34 +382,35 @@ def padded_width(rows) -> int:
   return -(-width // decoding_api.PAD_TO) * decoding_api.PAD_TO
 
 
-def _pad_to(rows, width: int) -> list[list[int]]:
-  return [list(r) + [0] * (width - len(r)) for r in rows]
+def encode_examples(pair: Pair, examples: Sequence[Mapping]
+                    ) -> tuple[list[dict], int]:
+  """Per-example ``generate`` kwargs and the example set's padded width.
 
-
-def encode_examples(pair: Pair, examples: Sequence[Mapping]) -> list[dict]:
-  """Per-example ``generate`` kwargs; encoder inputs share one padded width.
-
-  Encoder inputs are right-padded with 0 (the pad id the encoder masks) to
-  the longest input of ``examples`` rounded up to a multiple of 16, so every
-  example of an encoder-decoder pair reuses one compiled program. Decoder
-  prompts cannot be padded (pad tokens would be read as prompt), so they keep
-  their own width (``generate`` rounds it up to a multiple of 16).
+  Returns:
+    (one ``{'inputs': [ids]}`` or ``{'prompts': [ids]}`` dict per example,
+    ragged; the longest row of ``examples`` rounded up to a multiple of 16).
+    Every ``generate`` call of a sweep passes ``pad_to=width``, so all
+    examples of an encoder-decoder or a decoder-only pair share one compiled
+    program per method; rows keep their own lengths (``generate`` pads
+    prompts on the right and tracks per-row lengths; the encoder masks padded
+    inputs), so the width never changes an output.
   """
   kwargs = pair.encode(list(examples))
   if set(kwargs) - {"inputs", "prompts"} or not kwargs:
     raise ValueError(f"{pair.name}.encode must return 'inputs' and/or "
                      f"'prompts', got {sorted(kwargs)}")
   per = [dict() for _ in examples]
+  width = 0
   for name, rows in kwargs.items():
     rows = [list(map(int, r)) for r in rows]
     if len(rows) != len(examples):
       raise ValueError(f"{pair.name}.encode returned {len(rows)} {name} for "
                        f"{len(examples)} examples")
-    if name == "inputs":
-      rows = _pad_to(rows, padded_width(rows))
+    if rows:
+      width = max(width, padded_width(rows))
     for d, r in zip(per, rows):
       d[name] = r
-  return per
+  return per, width
 
 
 def _batches(todo, size):
@@ -412,14 +418,13 @@ def _batches(todo, size):
     yield todo[i:i + size]
 
 
-def _program(pair: Pair, cfg: RunConfig, method, batch_kwargs, max_new):
+def _program(pair: Pair, cfg: RunConfig, method, batch: int, max_new: int,
+             width: int):
   """What decides the compiled program (knob and seed values do not)."""
   import jax  # pylint: disable=g-import-not-at-top
-  widths = tuple((k, padded_width(v)) for k, v in sorted(
-      batch_kwargs.items()))
   return (pair.name, str(jax.tree_util.tree_structure(method)),
-          type(cfg.sampling()).__name__, max(cfg.gamma, 1), max_new,
-          len(next(iter(batch_kwargs.values()))), widths)
+          type(cfg.sampling()).__name__, max(cfg.gamma, 1), max_new, batch,
+          width)
 
 
 def _timed(call: dict, repeats: int, clock):
@@ -487,7 +492,10 @@ def run(pair: Pair, configs: Iterable[RunConfig],
     raise ValueError("example ids must be unique")
   start, cpu_start = clock(), time.process_time()
   stats = RunStats()
-  encoded = None
+  # One width for the whole example set (not just the rows still to do), so
+  # a resumed sweep runs the same programs as an uninterrupted one.
+  encoded, width = encode_examples(pair, examples) if ids else ([], 0)
+  stats.pad_width = width
   with ResultsFile(path, sync=sync) as results:
     todo_all = []
     for cfg in configs:
@@ -497,8 +505,6 @@ def run(pair: Pair, configs: Iterable[RunConfig],
       if todo:
         todo_all.append((cfg, todo))
     total = sum(len(t) for _, t in todo_all)
-    if total:
-      encoded = encode_examples(pair, examples)
     bar = _progress(total, f"{pair.name}", progress)
     warm = set()
     try:
@@ -515,8 +521,8 @@ def run(pair: Pair, configs: Iterable[RunConfig],
                       gamma=max(cfg.gamma, 1), max_new_tokens=max_new,
                       seeds=cfg.seed,
                       request_ids=[request_id(ids[i]) for i in chunk],
-                      **kwargs)
-          prog = _program(pair, cfg, method, kwargs, max_new)
+                      pad_to=width, **kwargs)
+          prog = _program(pair, cfg, method, len(chunk), max_new, width)
           if warmup and prog not in warm:
             stats.warmup_s += _timed(call, 1, clock)[1][0]
             stats.warmups += 1

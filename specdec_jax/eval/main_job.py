@@ -19,16 +19,20 @@ and prints the results and summary tables. Rerunning with the same
     python -m specdec_jax.eval.main_job --out_dir /tmp/mj --num_examples 8 \\
         --pairs t5_docstring --temperature 0.5
 
+Each pair takes the first ``num_examples`` examples of the split, whatever
+their length: their prompts / encoder inputs are padded to one width (the
+longest of them, see ``harness.encode_examples``), so every method compiles
+once per pair.
+
 Budget: the default grid and ``DEFAULT_NUM_EXAMPLES`` are sized so that the
 whole job (install included) takes <= 15 minutes on a fresh 2-core CPU
-machine; compilation (one program per method and prompt width) is a large
-part of it. See docs/evaluation.md for measured times.
+machine; compilation (one program per method and pair) is a large part of
+it. See docs/evaluation.md for measured times.
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
 import dataclasses
 import json
 import os
@@ -40,10 +44,6 @@ from specdec_jax.eval import harness, plots, report
 
 DEFAULT_PAIRS = ("t5_docstring", "gemma_completion")
 DEFAULT_NUM_EXAMPLES = 16
-# Decoder-only prompts keep their own width (a multiple of 16) and every
-# width compiles every method again; the job keeps the examples whose width
-# is among this many most common widths of the split.
-DEFAULT_PROMPT_WIDTHS = 1
 
 # method -> {knob: values}. Small knob grids that span "close to the
 # verifier" to "close to the drafter" for each rule (see targets.py for the
@@ -72,42 +72,12 @@ def _default_models():
   return default_models
 
 
-def select_examples(pair: harness.Pair, examples: Sequence[Mapping],
-                    num_examples: int | None,
-                    prompt_widths: int | None) -> tuple[list, list[int]]:
-  """The examples to evaluate, in split order, and their prompt widths.
-
-  Encoder-decoder pairs (inputs padded to one width) take the first
-  ``num_examples``. Decoder-only pairs take the first ``num_examples`` whose
-  padded prompt width is among the ``prompt_widths`` most common widths of
-  ``examples`` (None: any width), so the job compiles each method at most
-  ``prompt_widths`` times.
-
-  Returns:
-    (examples, the distinct padded prompt widths used; [] for inputs).
-  """
-  examples = list(examples)
-  kw = pair.encode(examples) if examples else {}
-  if "prompts" not in kw or prompt_widths is None:
-    chosen = examples[:num_examples]
-    widths = [] if "prompts" not in kw else sorted(
-        {harness.padded_width([r]) for r in kw["prompts"][:len(chosen)]})
-    return chosen, widths
-  width = [harness.padded_width([r]) for r in kw["prompts"]]
-  counts = collections.Counter(width)
-  keep = sorted(sorted(counts, key=lambda w: (-counts[w], w))[:prompt_widths])
-  picked = [(ex, w) for ex, w in zip(examples, width)
-            if w in keep][:num_examples]
-  return [ex for ex, _ in picked], sorted({w for _, w in picked})
-
-
 @dataclasses.dataclass
 class PairOutcome:
-  """What the job did for one pair."""
+  """What the job did for one pair (``run.pad_width``: the padded width)."""
 
   name: str
   num_examples: int
-  prompt_widths: list[int]
   configs: int
   run: harness.RunStats
   load_s: float
@@ -123,7 +93,6 @@ def run_main_job(out_dir: str, pairs: Sequence[str] | None = None,
                  max_new_tokens: int | None = None, batch_size: int = 1,
                  seed: int = 0, split: str = "test", dtype: str = "float32",
                  assets: str | None = None,
-                 prompt_widths: int | None = DEFAULT_PROMPT_WIDTHS,
                  repeats: int = 1, progress: bool = True,
                  load_pair: Callable | None = None,
                  load_examples: Callable | None = None,
@@ -133,7 +102,8 @@ def run_main_job(out_dir: str, pairs: Sequence[str] | None = None,
   Args:
     out_dir: output directory (created; an existing one is resumed).
     pairs: default pair names (default: all of ``default_models.PAIRS``).
-    num_examples: examples per pair from the split (None: all).
+    num_examples: the first this many examples of the split per pair
+      (None: all).
     grid: {method: {knob: values}} (default: DEFAULT_GRID).
     temperature, top_p, gamma: a value or list each (swept).
     max_new_tokens: None uses each pair's default.
@@ -143,7 +113,6 @@ def run_main_job(out_dir: str, pairs: Sequence[str] | None = None,
     dtype: parameter dtype of the models.
     assets: default-models directory (default: the one in the package;
       ``scripts/train_default_models.py --out`` writes one).
-    prompt_widths: see :func:`select_examples`.
     repeats: time every call this many times, keep the fastest.
     progress: tqdm progress bars.
     load_pair: ``(name, dtype) -> pair`` (default: default_models.load).
@@ -176,16 +145,14 @@ def run_main_job(out_dir: str, pairs: Sequence[str] | None = None,
     if pair.name != name:
       raise ValueError(f"load_pair({name!r}) returned a pair named "
                        f"{pair.name!r}; results are keyed by the pair's name")
-    pool = load_examples(name, split)
-    examples, widths = select_examples(pair, pool, num_examples,
-                                       prompt_widths)
+    pool = list(load_examples(name, split))
+    examples = pool if num_examples is None else pool[:num_examples]
     if not examples:
       raise ValueError(f"{name}: no {split} examples selected (split has "
                        f"{len(pool)})")
     load_s = time.perf_counter() - t0
-    print_fn(f"[{name}] {len(examples)} {split} examples"
-             + (f", prompt widths {widths}" if widths else "")
-             + f"; {len(configs)} configurations")
+    print_fn(f"[{name}] {len(examples)} {split} examples; {len(configs)} "
+             f"configurations")
     stats = harness.run(pair, configs, examples, results_path,
                         repeats=repeats, progress=progress)
     keys = {harness.row_key(name, c, str(ex["id"])) for c in configs
@@ -197,19 +164,19 @@ def run_main_job(out_dir: str, pairs: Sequence[str] | None = None,
     all_aggs += aggs
     plot_paths += paths
     outcomes.append(PairOutcome(
-        name=name, num_examples=len(examples), prompt_widths=widths,
-        configs=len(configs), run=stats, load_s=load_s,
-        total_s=time.perf_counter() - t0, plots=paths))
+        name=name, num_examples=len(examples), configs=len(configs),
+        run=stats, load_s=load_s, total_s=time.perf_counter() - t0,
+        plots=paths))
     print_fn(f"[{name}] {stats.written} rows measured, {stats.skipped} "
-             f"resumed; {stats.warmups} programs compiled in "
-             f"{stats.warmup_s:.0f} s, decoding {stats.decode_s:.0f} s, "
-             f"total {outcomes[-1].total_s:.0f} s ({stats.cpu_s:.0f} CPU s "
+             f"resumed (padded width {stats.pad_width}); {stats.warmups} "
+             f"programs compiled in {stats.warmup_s:.0f} s, decoding "
+             f"{stats.decode_s:.0f} s, total {outcomes[-1].total_s:.0f} s ({stats.cpu_s:.0f} CPU s "
              f"in the sweep)")
   summaries = report.summarize(all_aggs)
   timings = dict(started=started, total_s=time.perf_counter() - job_start,
                  pairs=[dict(name=o.name, num_examples=o.num_examples,
-                             prompt_widths=o.prompt_widths, configs=o.configs,
-                             load_s=o.load_s, total_s=o.total_s,
+                             configs=o.configs, load_s=o.load_s,
+                             total_s=o.total_s,
                              **dataclasses.asdict(o.run))
                         for o in outcomes])
   runs = _append_timings(os.path.join(out_dir, "timings.jsonl"), timings)
@@ -273,8 +240,6 @@ def main(argv: Sequence[str] | None = None) -> None:
   ap.add_argument("--dtype", default="float32")
   ap.add_argument("--assets", default=None,
                   help="default-models directory (default: the package's)")
-  ap.add_argument("--prompt_widths", type=int, default=DEFAULT_PROMPT_WIDTHS,
-                  help="0: any prompt width")
   ap.add_argument("--repeats", type=int, default=1,
                   help="time each call this many times, keep the fastest")
   ap.add_argument("--compilation_cache_dir", default=None,
@@ -301,7 +266,7 @@ def main(argv: Sequence[str] | None = None) -> None:
       gamma=[int(g) for g in _floats(args.gamma)],
       max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
       seed=args.seed, split=args.split, dtype=args.dtype, assets=args.assets,
-      prompt_widths=args.prompt_widths or None, repeats=args.repeats,
+      repeats=args.repeats,
       progress=not args.no_progress)
 
 

@@ -175,12 +175,15 @@ def test_rows_match_generate_and_warmup_is_untimed(t5_pair, tmp_path):
   stats = harness.run(t5_pair, cfgs, examples, path, progress=False)
   rows = harness.load_rows(path)
   assert stats.written == len(rows) == 9 and stats.skipped == 0
-  # Encoder inputs share one padded width, and alpha is traced: one program
-  # per method.
+  # Encoder inputs share one padded width (that of the longest, 32), and
+  # alpha is traced: one program per method.
+  enc, width = harness.encode_examples(t5_pair, examples)
+  own = [harness.padded_width([e["inputs"]]) for e in enc]
+  assert own == [16, 16, 32] and width == stats.pad_width == 32
   assert stats.warmups == 2
   assert len({r["key"] for r in rows}) == 9
-  # Each row equals a direct generate call on that example alone.
-  enc = harness.encode_examples(t5_pair, examples)
+  # Each row equals a direct generate call on that example alone, at its
+  # own width: the common width changes nothing.
   for row in rows:
     cfg = harness.RunConfig.from_json(row["config"])
     i = int(row["example_id"][2:])
@@ -198,19 +201,6 @@ def test_rows_match_generate_and_warmup_is_untimed(t5_pair, tmp_path):
     assert row["drafted"] == int(res.drafted[0])
     assert row["deferrals"] == pytest.approx(float(res.deferrals[0]))
     assert row["latency_s"] > 0
-  # Padding encoder inputs to the dataset's width changes nothing: the
-  # encoder masks the pad id.
-  unpadded = t5_pair.encode(examples)["inputs"]
-  assert harness.padded_width(unpadded[:1]) < len(enc[0]["inputs"])
-  for row in rows:
-    if row["config"]["method"] != "target_only":
-      continue
-    i = int(row["example_id"][2:])
-    res = decoding.generate(
-        decoding.make_method("target_only"), t5_pair.drafter,
-        t5_pair.verifier, t5_pair.q_params, t5_pair.p_params,
-        inputs=[unpadded[i]], max_new_tokens=t5_pair.max_new_tokens)
-    assert row["tokens"] == res.sequences()[0]
   # Rerunning skips everything.
   again = harness.run(t5_pair, cfgs, examples, path, progress=False)
   assert (again.written, again.skipped, again.warmups) == (0, 9, 0)
@@ -262,15 +252,33 @@ def test_batched_rows_equal_batch_one(t5_pair, tmp_path):
   assert b[0]["latency_s"] == pytest.approx(b[0]["batch_latency_s"] / 3)
 
 
-def test_decoder_only_pair_runs(tmp_path):
+def test_decoder_only_prompts_share_one_width(tmp_path):
+  """Prompts of different widths: one program, rows as if decoded alone."""
   pair = stand_in_pair("gemma")
-  examples = stand_in_examples(2)
+  examples = stand_in_examples(3)
+  examples[1]["inputs"] = " ".join(WORDS)  # longer than 16 tokens
+  cfgs = [harness.RunConfig("chow", {"alpha": 0.5}, gamma=2),
+          harness.RunConfig("chow", {"alpha": 0.9}, gamma=2)]
   path = str(tmp_path / "g.jsonl")
-  harness.run(pair, [harness.RunConfig("chow", {"alpha": 0.5}, gamma=2)],
-              examples, path, progress=False)
+  stats = harness.run(pair, cfgs, examples, path, progress=False)
   rows = harness.load_rows(path)
-  assert [r["example_id"] for r in rows] == ["ex0", "ex1"]
+  assert [r["example_id"] for r in rows] == ["ex0", "ex1", "ex2"] * 2
+  enc, width = harness.encode_examples(pair, examples)
+  own = [harness.padded_width([e["prompts"]]) for e in enc]
+  assert own == [16, 32, 16] and width == stats.pad_width == 32
+  assert stats.warmups == 1  # one width, alpha traced: one program
   assert all(r["drafted"] > 0 for r in rows)
+  for row in rows:
+    cfg = harness.RunConfig.from_json(row["config"])
+    i = int(row["example_id"][2:])
+    res = decoding.generate(
+        cfg.make_method(), pair.drafter, pair.verifier, pair.q_params,
+        pair.p_params, prompts=[enc[i]["prompts"]], gamma=2,
+        max_new_tokens=pair.max_new_tokens,
+        request_ids=[harness.request_id(row["example_id"])])
+    assert row["tokens"] == res.sequences()[0]
+    assert (row["accepted"], row["drafted"]) == (int(res.accepted[0]),
+                                                 int(res.drafted[0]))
 
 
 # ---------------------------------------------------------------- the file

@@ -21,7 +21,7 @@ SMALL_GRID = {
 def stand_ins():
   # Two pair names over the same tiny T5 models: the second pair reuses the
   # first one's compiled programs (the decoder-only path is covered by
-  # test_harness.py and test_select_examples below).
+  # test_harness.py and test_main_job_takes_the_first_examples below).
   t5 = th.stand_in_pair("t5", name="tiny_a")
   return {"tiny_a": t5, "tiny_b": dataclasses.replace(t5, name="tiny_b"),
           "tiny_gemma": th.stand_in_pair("gemma")}
@@ -33,7 +33,7 @@ def test_main_job_on_stand_in_pairs_and_resume(stand_ins, tmp_path):
             grid=SMALL_GRID, gamma=3, progress=False,
             load_pair=lambda name, dtype: stand_ins[name],
             load_examples=lambda name, split: th.stand_in_examples(6),
-            prompt_widths=None, print_fn=printed.append)
+            print_fn=printed.append)
   out = main_job.run_main_job(str(tmp_path), **kw)
   rows = harness.load_rows(str(tmp_path / "results.jsonl"))
   # 2 pairs x 5 configs x 3 examples, one row each.
@@ -82,23 +82,34 @@ def test_main_job_on_stand_in_pairs_and_resume(stand_ins, tmp_path):
       a.score for a in out["aggregates"]]
 
 
-def test_select_examples_keeps_the_most_common_prompt_widths(stand_ins):
+def test_main_job_takes_the_first_examples_whatever_their_width(stand_ins,
+                                                                 tmp_path):
+  """No selection by prompt length: long prompts share the one program."""
   pair = stand_ins["tiny_gemma"]
-  short = [dict(id=f"s{i}", inputs="the cat", targets="x") for i in range(3)]
+  short = [dict(id=f"s{i}", inputs="the cat", targets="the cat")
+           for i in range(3)]
   long_ = [dict(id=f"l{i}", inputs=" ".join(["the cat sat on a mat"] * 6),
-                targets="x") for i in range(2)]
+                targets="the cat") for i in range(2)]
   pool = [long_[0], short[0], short[1], long_[1], short[2]]
   widths = [harness.padded_width([p]) for p in pair.encode(pool)["prompts"]]
   assert widths[0] > 16 and widths[1] == 16
-  chosen, kept = main_job.select_examples(pair, pool, 2, 1)
-  assert [e["id"] for e in chosen] == ["s0", "s1"] and kept == [16]
-  chosen, kept = main_job.select_examples(pair, pool, 10, 2)
-  assert [e["id"] for e in chosen] == ["l0", "s0", "s1", "l1", "s2"]
-  assert kept == sorted({16, widths[0]})
-  chosen, _ = main_job.select_examples(pair, pool, 4, None)
-  assert [e["id"] for e in chosen] == ["l0", "s0", "s1", "l1"]
-  t5 = stand_ins["tiny_a"]
-  assert main_job.select_examples(t5, pool, 2, 1) == (pool[:2], [])
+  out = main_job.run_main_job(
+      str(tmp_path), pairs=("tiny_gemma",), num_examples=4,
+      grid={"target_only": {}, "spec_decode": {}}, gamma=2, progress=False,
+      load_pair=lambda name, dtype: pair,
+      load_examples=lambda name, split: pool, print_fn=lambda s: None)
+  rows = harness.load_rows(str(tmp_path / "results.jsonl"))
+  assert sorted({r["example_id"] for r in rows}) == ["l0", "l1", "s0", "s1"]
+  (outcome,) = out["outcomes"]
+  assert outcome.num_examples == 4 and outcome.run.written == 8
+  assert outcome.run.pad_width == widths[0]
+  assert outcome.run.warmups == 2  # one program per method
+  with open(tmp_path / "summary.json") as f:
+    (timing,) = json.load(f)["timings"]
+  assert timing["pairs"][0]["pad_width"] == widths[0]
+  by = {(r["config"]["method"], r["example_id"]): r["tokens"] for r in rows}
+  for ex in ("l0", "s0", "s1", "l1"):  # greedy SpecDecode is lossless
+    assert by[("spec_decode", ex)] == by[("target_only", ex)]
 
 
 def test_default_grid_covers_the_papers_methods():
@@ -123,15 +134,14 @@ def test_command_line_maps_flags(monkeypatch, tmp_path):
   main_job.main(["--out_dir", str(tmp_path), "--pairs", "t5_docstring",
                  "--methods", "target_only,token_v3", "--temperature",
                  "0,0.5", "--top_p", "1,0.9", "--gamma", "3,5",
-                 "--num_examples", "4", "--prompt_widths", "0",
-                 "--repeats", "2"])
+                 "--num_examples", "4", "--repeats", "2"])
   assert got["grid"] == {"target_only": {},
                          "token_v3": main_job.DEFAULT_GRID["token_v3"]}
   assert got["pairs"] == ["t5_docstring"]
   assert (got["temperature"], got["top_p"], got["gamma"]) == (
       [0.0, 0.5], [1.0, 0.9], [3, 5])
-  assert (got["num_examples"], got["prompt_widths"], got["repeats"]) == (
-      4, None, 2)
+  assert (got["num_examples"], got["repeats"]) == (4, 2)
+  assert "prompt_widths" not in got
   assert got["cache"] == str(tmp_path / "jax_cache")
   with pytest.raises(SystemExit, match="not in the grid"):
     main_job.main(["--out_dir", str(tmp_path), "--methods", "nope"])
