@@ -47,6 +47,12 @@ setup(
     python_requires=">=3.11",
     packages=find_packages(include=["specdec_jax", "specdec_jax.*"]),
     include_package_data=True,
+    # The built-in default models (docs/default_models.md).
+    package_data={"specdec_jax": [
+        "assets/default_models/*.json",
+        "assets/default_models/*/*.model",
+        "assets/default_models/*/*/*.json",
+        "assets/default_models/*/*/*.safetensors"]},
     install_requires=CORE,
     extras_require=EXTRAS,
     entry_points={"console_scripts": ["specdec_jax=specdec_jax.main:cli"]},

@@ -11,4 +11,4 @@ fi
 # torch==2.13.0 (CPU) is pinned in the [hf] extra; never let pip pick another.
 "$VENV/bin/python" -m pip install --quiet -e ".[hf,seqio,dev]"
 export JAX_PLATFORMS=cpu TF_CPP_MIN_LOG_LEVEL=2
-exec "$VENV/bin/python" -m pytest -q -n 2 "$@" tests
+exec "$VENV/bin/python" -m pytest -q -n 2 --durations=15 "$@" tests

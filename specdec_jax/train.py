@@ -1,0 +1,514 @@
+"""Teacher-forced training of our T5 / Gemma models with optax.
+
+A small, deterministic training loop for the built-in default models (and for
+anyone fine-tuning a drafter on CPU or a single accelerator):
+
+    model = models.T5Model(cfg)
+    params = train.init_params(model, seed=0)
+    result = train.train(model, params, train.TrainConfig(steps=2000),
+                         train_batches=lambda start: stream(start),
+                         eval_batches=val_batches, workdir="/tmp/run")
+
+A batch is a dict of numpy arrays:
+
+    inputs          [B, S] int32   encoder ids, 0-padded (encoder-decoder only)
+    decoder_inputs  [B, T] int32   decoder ids (targets shifted right / the
+                                   sequence without its last token)
+    targets         [B, T] int32   ids to predict at each position
+    weights         [B, T] float32 loss weight per position (0 on padding)
+
+The loss is the weighted mean token cross-entropy. Optimizer: gradient
+clipping by global norm, then AdamW (decay on >= 2-D leaves only) with a
+linear-warmup / cosine-decay learning rate. The train step is jitted once per
+batch shape; ``train`` logs progress, evaluates, keeps the best parameters and
+writes a resumable checkpoint to ``workdir`` at every evaluation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import time
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+Batch = Mapping[str, np.ndarray]
+STATE_FILE = "train_state.npz"
+BEST_FILE = "best_params.npz"
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+  """Optimizer and loop settings.
+
+  Attributes:
+    steps: total optimizer steps (the schedule's length).
+    learning_rate: peak learning rate.
+    warmup_steps: linear warmup from 0 to the peak.
+    end_lr_fraction: final learning rate as a fraction of the peak.
+    weight_decay: AdamW decoupled weight decay (on >= 2-D leaves).
+    clip_norm: global gradient-norm clip.
+    b1, b2: Adam moments.
+    eval_every: steps between evaluations / checkpoints.
+    log_every: steps between progress lines.
+    seed: seed of the parameter init (see :func:`init_params`).
+  """
+
+  steps: int = 1000
+  learning_rate: float = 1e-3
+  warmup_steps: int = 100
+  end_lr_fraction: float = 0.1
+  weight_decay: float = 0.01
+  clip_norm: float = 1.0
+  b1: float = 0.9
+  b2: float = 0.98
+  eval_every: int = 250
+  log_every: int = 50
+  seed: int = 0
+
+  def __post_init__(self):
+    if self.steps < 1:
+      raise ValueError(f"steps must be >= 1, got {self.steps}")
+    if not 0 <= self.warmup_steps < self.steps:
+      raise ValueError(f"warmup_steps must be in [0, steps={self.steps}), "
+                       f"got {self.warmup_steps}")
+    if self.learning_rate <= 0:
+      raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+    if self.eval_every < 1 or self.log_every < 1:
+      raise ValueError("eval_every and log_every must be >= 1")
+
+
+@flax.struct.dataclass
+class TrainState:
+  """Everything a resumed run needs.
+
+  Attributes:
+    step: [] int32 optimizer steps taken.
+    params: the model's parameter tree.
+    opt_state: optax state of :func:`make_optimizer`.
+  """
+
+  step: jax.Array
+  params: dict
+  opt_state: optax.OptState
+
+
+@dataclasses.dataclass
+class TrainResult:
+  """Output of :func:`train`.
+
+  Attributes:
+    params: parameters with the best evaluation loss (the last ones when no
+      evaluation batches were given).
+    best_step: the step they come from.
+    best_eval_loss: their mean token cross-entropy (nan without evaluation).
+    history: one dict per log / evaluation line.
+    seconds: wall time of this call (excluding earlier resumed runs).
+  """
+
+  params: dict
+  best_step: int
+  best_eval_loss: float
+  history: list[dict]
+  seconds: float
+
+
+def init_params(model, seed: int = 0) -> dict:
+  """Random parameters for training from scratch.
+
+  ``model.init_params`` followed by :func:`scale_t5_queries`.
+
+  Args:
+    model: a T5Model or GemmaModel.
+    seed: PRNG seed.
+  """
+  return scale_t5_queries(model, model.init_params(jax.random.PRNGKey(seed)))
+
+
+def scale_t5_queries(model, params) -> dict:
+  """T5 only: query kernels times ``head_dim ** -0.5`` (others unchanged).
+
+  T5 attention has no 1/sqrt(head_dim) logit scaling; as in Mesh TensorFlow
+  and t5x, the query kernels are initialised that much smaller instead, so
+  initial attention logits are O(1). Gemma parameters are returned as is.
+  """
+  if not getattr(model, "is_encoder_decoder", False):
+    return params
+  scale = model.config.head_dim ** -0.5
+  flat = flax.traverse_util.flatten_dict(params, sep="/")
+  flat = {k: v * scale if k.endswith("query/kernel") else v
+          for k, v in flat.items()}
+  return flax.traverse_util.unflatten_dict(flat, sep="/")
+
+
+def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
+  """Clip by global norm, then AdamW with warmup + cosine decay."""
+  schedule = optax.warmup_cosine_decay_schedule(
+      0.0, cfg.learning_rate, cfg.warmup_steps, cfg.steps,
+      end_value=cfg.learning_rate * cfg.end_lr_fraction)
+  decay_mask = lambda p: jax.tree.map(lambda x: x.ndim >= 2, p)
+  return optax.chain(
+      optax.clip_by_global_norm(cfg.clip_norm),
+      optax.adamw(schedule, b1=cfg.b1, b2=cfg.b2,
+                  weight_decay=cfg.weight_decay, mask=decay_mask))
+
+
+def learning_rate(cfg: TrainConfig, step: int) -> float:
+  """The schedule's value at ``step`` (for logs)."""
+  return float(optax.warmup_cosine_decay_schedule(
+      0.0, cfg.learning_rate, cfg.warmup_steps, cfg.steps,
+      end_value=cfg.learning_rate * cfg.end_lr_fraction)(step))
+
+
+def init_state(params, cfg: TrainConfig) -> TrainState:
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                    opt_state=make_optimizer(cfg).init(params))
+
+
+def cross_entropy(logits: jax.Array, targets: jax.Array,
+                  weights: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Weighted token cross-entropy.
+
+  Args:
+    logits: [B, T, V] float32.
+    targets: [B, T] int32.
+    weights: [B, T] float32.
+
+  Returns:
+    (sum of weighted negative log-likelihoods [], sum of weights []).
+  """
+  logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+  nll = -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
+  return jnp.sum(nll * weights), jnp.sum(weights)  # [B, T] -> []
+
+
+def batch_loss(model, params, batch: Batch) -> tuple[jax.Array, jax.Array]:
+  """(sum nll, sum weights) of one batch under ``model.forward``."""
+  logits = model.forward(params, batch["decoder_inputs"],
+                         inputs=batch.get("inputs"))  # [B, T, V]
+  return cross_entropy(logits, batch["targets"], batch["weights"])
+
+
+@functools.lru_cache(maxsize=16)
+def make_train_step(model, cfg: TrainConfig):
+  """Jitted ``(state, batch) -> (state, metrics)``; the state is donated.
+
+  Cached per (model, cfg), so repeated runs reuse the compiled program.
+  """
+  optimizer = make_optimizer(cfg)
+
+  def loss_fn(params, batch):
+    total, count = batch_loss(model, params, batch)
+    return total / jnp.maximum(count, 1.0), count
+
+  def step_fn(state: TrainState, batch):
+    (loss, count), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        state.params, batch)
+    updates, opt_state = optimizer.update(grads, state.opt_state,
+                                          state.params)
+    params = optax.apply_updates(state.params, updates)
+    metrics = dict(loss=loss, tokens=count,
+                   grad_norm=optax.global_norm(grads))
+    return TrainState(step=state.step + 1, params=params,
+                      opt_state=opt_state), metrics
+
+  return jax.jit(step_fn, donate_argnums=0)
+
+
+@functools.lru_cache(maxsize=16)
+def make_eval_step(model):
+  """Jitted ``(params, batch) -> (sum nll [], sum weights [])``."""
+  return jax.jit(lambda params, batch: batch_loss(model, params, batch))
+
+
+def evaluate(eval_step, params, batches: Iterable[Batch]) -> float:
+  """Mean token cross-entropy over ``batches`` (nan if they are empty)."""
+  total = count = 0.0
+  for b in batches:
+    t, c = eval_step(params, b)
+    total, count = total + float(t), count + float(c)
+  return total / count if count else float("nan")
+
+
+# ------------------------------------------------------------------ batches
+
+
+def _bucket(n: int, buckets: Sequence[int]) -> int:
+  for b in buckets:
+    if n <= b:
+      return b
+  return buckets[-1]
+
+
+def seq2seq_batch(pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
+                  input_buckets: Sequence[int],
+                  target_buckets: Sequence[int], eos_id: int,
+                  decoder_start_id: int = 0, pad_id: int = 0) -> Batch:
+  """Encoder-decoder batch; targets get EOS, inputs/targets are truncated.
+
+  Args:
+    pairs: [(input ids, target ids)] without EOS.
+    input_buckets: increasing encoder widths; the batch uses the smallest
+      that fits its longest input (inputs longer than the last are cut).
+    target_buckets: the same for targets + EOS.
+    eos_id: appended to every target (kept even when truncating).
+    decoder_start_id: first decoder input token.
+    pad_id: padding id (weight 0).
+  """
+  if not pairs:
+    raise ValueError("seq2seq_batch needs at least one (inputs, targets) pair")
+  s = _bucket(max(len(x) for x, _ in pairs), input_buckets)
+  t = _bucket(max(len(y) + 1 for _, y in pairs), target_buckets)
+  b = len(pairs)
+  inputs = np.full((b, s), pad_id, np.int32)
+  targets = np.full((b, t), pad_id, np.int32)
+  weights = np.zeros((b, t), np.float32)
+  for i, (x, y) in enumerate(pairs):
+    x = list(x)[:s]
+    y = list(y)[:t - 1] + [eos_id]
+    inputs[i, :len(x)] = x
+    targets[i, :len(y)] = y
+    weights[i, :len(y)] = 1.0
+  dec = np.full((b, t), pad_id, np.int32)
+  dec[:, 0] = decoder_start_id
+  dec[:, 1:] = targets[:, :-1]  # [B, T]: shifted right
+  return dict(inputs=inputs, decoder_inputs=dec, targets=targets,
+              weights=weights)
+
+
+def lm_batch(rows: Sequence[tuple[Sequence[int], Sequence[int]]],
+             buckets: Sequence[int], eos_id: int | None,
+             prompt_weight: float = 1.0, pad_id: int = 0) -> Batch:
+  """Decoder-only batch of prompt + continuation (+ EOS).
+
+  The sequence ``prompt + target (+ [eos])`` is cut to the bucket width + 1;
+  ``decoder_inputs`` is the sequence without its last token and ``targets``
+  without its first. Predicting a target token (or the EOS) has weight 1,
+  predicting a later prompt token ``prompt_weight``.
+
+  Args:
+    rows: [(prompt ids, target ids)]; prompts should start with BOS.
+    buckets: increasing widths (positions predicted per row).
+    eos_id: appended to every row, or None for raw text windows.
+    prompt_weight: loss weight of the prompt tokens.
+    pad_id: padding id (weight 0).
+  """
+  if not rows:
+    raise ValueError("lm_batch needs at least one (prompt, target) row")
+  extra = 0 if eos_id is None else 1
+  t = _bucket(max(len(p) + len(y) + extra - 1 for p, y in rows), buckets)
+  b = len(rows)
+  seq = np.full((b, t + 1), pad_id, np.int32)
+  weights = np.zeros((b, t), np.float32)
+  for i, (p, y) in enumerate(rows):
+    full = list(p) + list(y) + ([] if eos_id is None else [eos_id])
+    full = full[:t + 1]
+    seq[i, :len(full)] = full
+    n_prompt = max(len(p) - 1, 0)  # predictions of prompt tokens 1..P-1
+    weights[i, :len(full) - 1] = 1.0
+    weights[i, :min(n_prompt, len(full) - 1)] = prompt_weight
+  return dict(decoder_inputs=seq[:, :-1], targets=seq[:, 1:],
+              weights=weights)
+
+
+def bucketed_stream(items: Sequence, make_batch: Callable[[list], Batch],
+                    batch_size: int, length: Callable[[object], int],
+                    seed: int, start_step: int = 0,
+                    sort_window: int = 32) -> Iterator[Batch]:
+  """Endless deterministic batches, epoch after epoch.
+
+  Each epoch shuffles ``items`` with ``seed + epoch``, drops the last
+  ``len(items) % batch_size`` of them, sorts windows of ``sort_window``
+  batches by length (less padding), and shuffles the batch order. The
+  stream from ``start_step`` equals the full stream with its first
+  ``start_step`` batches dropped (for resuming).
+
+  Args:
+    items: examples (anything ``make_batch`` accepts a list of).
+    make_batch: list of items -> Batch.
+    batch_size: items per batch (<= len(items)).
+    length: item -> length used for sorting.
+    seed: base seed.
+    start_step: batches to skip.
+    sort_window: batches per sorted window.
+  """
+  if not 1 <= batch_size <= len(items):
+    raise ValueError(f"batch_size must be in [1, {len(items)}] (the number "
+                     f"of items), got {batch_size}")
+  step, epoch = 0, 0
+  while True:
+    rng = np.random.default_rng(seed + epoch)
+    order = rng.permutation(len(items))
+    order = order[:len(order) - len(order) % batch_size]  # random leftovers
+    chunks = []
+    w = batch_size * sort_window
+    for lo in range(0, len(order), w):
+      window = sorted(order[lo:lo + w], key=lambda i: length(items[i]))
+      chunks += [window[j:j + batch_size]
+                 for j in range(0, len(window), batch_size)]
+    for k in rng.permutation(len(chunks)):
+      if step >= start_step:
+        yield make_batch([items[i] for i in chunks[k]])
+      step += 1
+    epoch += 1
+
+
+# -------------------------------------------------------------- checkpoints
+
+
+def _save_tree(path: str, tree, **extra) -> None:
+  leaves = jax.tree.leaves(tree)
+  arrays = {f"leaf_{i:05d}": np.asarray(x) for i, x in enumerate(leaves)}
+  tmp = path + ".tmp.npz"
+  np.savez(tmp, **arrays, **{k: np.asarray(v) for k, v in extra.items()})
+  os.replace(tmp, path)
+
+
+def _load_tree(path: str, like):
+  with np.load(path) as data:
+    leaves, treedef = jax.tree.flatten(like)
+    names = sorted(k for k in data.files if k.startswith("leaf_"))
+    if len(names) != len(leaves):
+      raise ValueError(f"{path} holds {len(names)} arrays, the state has "
+                       f"{len(leaves)}; it comes from another model or "
+                       f"optimizer: delete it to start over")
+    new = []
+    for name, ref in zip(names, leaves):
+      arr = data[name]
+      if arr.shape != np.shape(ref):
+        raise ValueError(f"{path}: {name} has shape {arr.shape}, expected "
+                         f"{np.shape(ref)}; delete it to start over")
+      new.append(jnp.asarray(arr, dtype=jnp.asarray(ref).dtype))
+    extra = {k: data[k] for k in data.files if not k.startswith("leaf_")}
+  return jax.tree.unflatten(treedef, new), extra
+
+
+def save_state(workdir: str, state: TrainState, best_step: int,
+               best_loss: float, history: list[dict]) -> None:
+  """Writes the resumable state (and the history as JSON) to ``workdir``."""
+  os.makedirs(workdir, exist_ok=True)
+  _save_tree(os.path.join(workdir, STATE_FILE), state, best_step=best_step,
+             best_loss=best_loss)
+  with open(os.path.join(workdir, "history.json"), "w") as f:
+    json.dump(history, f)
+
+
+def restore_state(workdir: str, like: TrainState):
+  """(state, best_step, best_loss, history) from ``workdir``, or None."""
+  path = os.path.join(workdir, STATE_FILE)
+  if not os.path.isfile(path):
+    return None
+  state, extra = _load_tree(path, like)
+  hist_path = os.path.join(workdir, "history.json")
+  history = []
+  if os.path.isfile(hist_path):
+    with open(hist_path) as f:
+      history = json.load(f)
+  return (state, int(extra["best_step"]), float(extra["best_loss"]),
+          history)
+
+
+# --------------------------------------------------------------------- loop
+
+
+def train(model, params, cfg: TrainConfig,
+          train_batches: Callable[[int], Iterator[Batch]],
+          eval_batches: Sequence[Batch] = (), workdir: str | None = None,
+          log: Callable[[str], None] | None = print) -> TrainResult:
+  """Trains ``model`` from ``params`` for ``cfg.steps`` steps.
+
+  With ``workdir``, a run that finds ``workdir/train_state.npz`` resumes from
+  it (same data order: ``train_batches(step)`` must give the stream from that
+  step), and every evaluation rewrites the state, the history and, when the
+  evaluation loss improves, ``workdir/best_params.npz``.
+
+  Args:
+    model: T5Model / GemmaModel (float32 parameters recommended).
+    params: initial parameters (ignored when resuming).
+    cfg: TrainConfig.
+    train_batches: start step -> iterator of training batches.
+    eval_batches: fixed evaluation batches (may be empty).
+    workdir: optional directory for resumable checkpoints.
+    log: progress printer (None for silence).
+
+  Returns:
+    TrainResult with the best parameters.
+  """
+  say = log or (lambda s: None)
+  model.check_params(params)
+  # The train step donates its state: copy, so the caller's params survive.
+  state = init_state(jax.tree.map(jnp.array, params), cfg)
+  best_params, best_step, best_loss, history = params, 0, float("inf"), []
+  if workdir is not None:
+    restored = restore_state(workdir, state)
+    if restored is not None:
+      state, best_step, best_loss, history = restored
+      best_path = os.path.join(workdir, BEST_FILE)
+      if os.path.isfile(best_path):
+        best_params, _ = _load_tree(best_path, params)
+      else:
+        best_params = state.params
+      say(f"resumed from {workdir} at step {int(state.step)}")
+  start = int(state.step)
+  train_step = make_train_step(model, cfg)
+  eval_step = make_eval_step(model)
+  stream = train_batches(start)
+  t0 = time.perf_counter()
+  window_t, window_tokens, losses = t0, 0.0, []
+  for step in range(start, cfg.steps):
+    batch = next(stream)
+    state, metrics = train_step(state, batch)
+    losses.append(metrics["loss"])
+    window_tokens += float(metrics["tokens"])
+    done = step + 1
+    if done % cfg.log_every == 0 or done == cfg.steps:
+      now = time.perf_counter()
+      row = dict(step=done, loss=float(np.mean(jax.device_get(losses))),
+                 grad_norm=float(metrics["grad_norm"]),
+                 lr=learning_rate(cfg, done),
+                 tokens_per_s=window_tokens / max(now - window_t, 1e-9),
+                 elapsed_s=now - t0)
+      history.append(row)
+      say(f"step {done}/{cfg.steps} loss {row['loss']:.4f} grad "
+          f"{row['grad_norm']:.3f} lr {row['lr']:.2e} "
+          f"{row['tokens_per_s']:.0f} tok/s {row['elapsed_s']:.0f}s")
+      window_t, window_tokens, losses = now, 0.0, []
+    if eval_batches and (done % cfg.eval_every == 0 or done == cfg.steps):
+      loss = evaluate(eval_step, state.params, eval_batches)
+      history.append(dict(step=done, eval_loss=loss))
+      improved = loss < best_loss
+      if improved:
+        best_loss, best_step = loss, done
+        best_params = jax.device_get(state.params)
+      best = (" (best)" if improved else
+              f" (best {best_loss:.4f} at {best_step})")
+      say(f"step {done} eval loss {loss:.4f}{best}")
+      if workdir is not None:
+        if improved:
+          os.makedirs(workdir, exist_ok=True)
+          _save_tree(os.path.join(workdir, BEST_FILE), best_params)
+        save_state(workdir, state, best_step, best_loss, history)
+  if not eval_batches:
+    best_params, best_step, best_loss = state.params, int(state.step), \
+        float("nan")
+    if workdir is not None:
+      save_state(workdir, state, best_step, best_loss, history)
+  return TrainResult(params=jax.device_get(best_params), best_step=best_step,
+                     best_eval_loss=best_loss, history=history,
+                     seconds=time.perf_counter() - t0)
+
+
+__all__ = [
+    "Batch", "TrainConfig", "TrainResult", "TrainState", "batch_loss",
+    "bucketed_stream", "cross_entropy", "evaluate", "init_params",
+    "init_state", "learning_rate", "lm_batch",
+    "make_eval_step", "make_optimizer", "make_train_step", "restore_state",
+    "save_state", "scale_t5_queries", "seq2seq_batch", "train",
+]

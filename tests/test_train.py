@@ -1,0 +1,224 @@
+"""The training loop: batches, exact loss, learning, determinism, resume."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from specdec_jax import models, train
+
+EOS = 1
+
+
+@functools.lru_cache(maxsize=None)
+def tiny(name):
+  return models.get_model(name)
+
+
+@functools.lru_cache(maxsize=None)
+def _raw_params(name):
+  """Random numpy parameters of the right shapes.
+
+  (``model.init_params`` runs op by op and takes tens of seconds on a busy
+  CPU; the loop does not care how the parameters were drawn.) Norm scales
+  are neutral: 1 for T5, 0 for Gemma's ``1 + scale``.
+  """
+  model = tiny(name)
+  rng = np.random.default_rng(0)
+  neutral = 1.0 if model.is_encoder_decoder else 0.0
+  return jax.tree.map(
+      lambda x: (rng.normal(0, 0.3, x.shape) if len(x.shape) > 1 else
+                 np.full(x.shape, neutral)).astype(np.float32),
+      model.param_shapes())
+
+
+def fresh_params(name):
+  """train.init_params(model, seed=0), as new device arrays."""
+  params = jax.tree.map(jnp.array, _raw_params(name))
+  return train.scale_t5_queries(tiny(name), params)
+
+
+def lm_rows():
+  # Four fixed "prompt -> continuation" rows (vocab 64, BOS 2).
+  return [([2, 10, 11, 12], [13, 14]), ([2, 20, 21], [22, 23, 24]),
+          ([2, 30], [31, 32, 33, 34]), ([2, 40, 41, 42, 43], [44])]
+
+
+def s2s_rows():
+  return [([10, 11, 12, EOS], [13, 14]), ([20, 21, EOS], [22, 23, 24]),
+          ([30, EOS], [31, 32, 33, 34]), ([40, 41, 42, 43, EOS], [44])]
+
+
+def manual_loss(logits, targets, weights):
+  """Weighted mean token cross-entropy in float64 numpy."""
+  x = np.asarray(logits, np.float64)
+  x = x - x.max(-1, keepdims=True)
+  logp = x - np.log(np.exp(x).sum(-1, keepdims=True))
+  nll = -np.take_along_axis(logp, np.asarray(targets)[..., None], -1)[..., 0]
+  w = np.asarray(weights, np.float64)
+  return float((nll * w).sum() / w.sum())
+
+
+def test_config_errors():
+  with pytest.raises(ValueError, match="steps must be >= 1, got 0"):
+    train.TrainConfig(steps=0)
+  with pytest.raises(ValueError, match=r"warmup_steps must be in \[0, "
+                     r"steps=10\), got 10"):
+    train.TrainConfig(steps=10, warmup_steps=10)
+  with pytest.raises(ValueError, match="learning_rate must be > 0"):
+    train.TrainConfig(learning_rate=0.0)
+
+
+def test_seq2seq_batch_exact():
+  b = train.seq2seq_batch([([5, 6, 7], [8, 9]), ([5], [8, 9, 10, 11])],
+                          input_buckets=(4, 8), target_buckets=(4, 8),
+                          eos_id=EOS)
+  np.testing.assert_array_equal(b["inputs"], [[5, 6, 7, 0], [5, 0, 0, 0]])
+  np.testing.assert_array_equal(b["targets"], [[8, 9, 1, 0, 0, 0, 0, 0],
+                                               [8, 9, 10, 11, 1, 0, 0, 0]])
+  np.testing.assert_array_equal(b["decoder_inputs"],
+                                [[0, 8, 9, 1, 0, 0, 0, 0],
+                                 [0, 8, 9, 10, 11, 1, 0, 0]])
+  np.testing.assert_array_equal(b["weights"], [[1, 1, 1, 0, 0, 0, 0, 0],
+                                               [1, 1, 1, 1, 1, 0, 0, 0]])
+  # Too long for the last bucket: cut, EOS kept.
+  b = train.seq2seq_batch([(list(range(3, 13)), list(range(3, 13)))], (4,),
+                          (4,), EOS)
+  np.testing.assert_array_equal(b["inputs"], [[3, 4, 5, 6]])
+  np.testing.assert_array_equal(b["targets"], [[3, 4, 5, 1]])
+  with pytest.raises(ValueError, match="at least one"):
+    train.seq2seq_batch([], (4,), (4,), EOS)
+
+
+def test_lm_batch_exact():
+  b = train.lm_batch([([2, 5, 6], [7, 8]), ([2, 5], [7])], buckets=(4, 8),
+                     eos_id=EOS, prompt_weight=0.5)
+  np.testing.assert_array_equal(b["decoder_inputs"],
+                                [[2, 5, 6, 7, 8, 1, 0, 0],
+                                 [2, 5, 7, 1, 0, 0, 0, 0]])
+  np.testing.assert_array_equal(b["targets"], [[5, 6, 7, 8, 1, 0, 0, 0],
+                                               [5, 7, 1, 0, 0, 0, 0, 0]])
+  np.testing.assert_array_equal(b["weights"],
+                                [[0.5, 0.5, 1, 1, 1, 0, 0, 0],
+                                 [0.5, 1, 1, 0, 0, 0, 0, 0]])
+  assert "inputs" not in b
+
+
+@pytest.mark.parametrize("name", ["gemma2_tiny", "t5_tiny"])
+def test_first_step_loss_is_manual_cross_entropy(name):
+  model = tiny(name)
+  params = fresh_params(name)
+  if model.is_encoder_decoder:
+    batch = train.seq2seq_batch(s2s_rows(), (8,), (8,), EOS)
+  else:
+    batch = train.lm_batch(lm_rows(), (8,), EOS, prompt_weight=0.25)
+  logits = jax.jit(model.forward)(params, batch["decoder_inputs"],
+                                  inputs=batch.get("inputs"))
+  want = manual_loss(logits, batch["targets"], batch["weights"])
+  total, count = train.make_eval_step(model)(params, batch)
+  assert float(count) == pytest.approx(batch["weights"].sum())
+  assert float(total / count) == pytest.approx(want, rel=1e-5)
+  cfg = train.TrainConfig(steps=10, warmup_steps=2)
+  state = train.init_state(params, cfg)
+  step = train.make_train_step(model, cfg)
+  state, metrics = step(state, batch)
+  assert float(metrics["loss"]) == pytest.approx(want, rel=1e-5)
+  assert int(state.step) == 1
+  # The warmup's first learning rate is 0: the parameters do not move.
+  assert train.learning_rate(cfg, 0) == 0.0
+  assert train.learning_rate(cfg, 2) == pytest.approx(1e-3)
+
+
+@pytest.mark.parametrize("name", ["gemma2_tiny", "t5_tiny"])
+def test_loss_decreases_on_repeated_data(name):
+  model = tiny(name)
+  if model.is_encoder_decoder:
+    batch = train.seq2seq_batch(s2s_rows(), (8,), (8,), EOS)
+  else:
+    batch = train.lm_batch(lm_rows(), (8,), EOS)
+  cfg = train.TrainConfig(steps=40, learning_rate=1e-2, warmup_steps=5,
+                          log_every=10, eval_every=40)
+  stream = lambda start: iter(lambda: batch, None)
+  eval_step = train.make_eval_step(model)
+  params = fresh_params(name)
+  before = train.evaluate(eval_step, params, [batch])
+  result = train.train(model, params, cfg, stream, [batch], log=None)
+  after = train.evaluate(eval_step, result.params, [batch])
+  assert after < 0.25 * before, (before, after)
+  assert result.best_step == 40
+  assert result.best_eval_loss == pytest.approx(after, rel=1e-5)
+  logged = [h["loss"] for h in result.history if "loss" in h]
+  assert len(logged) == 4 and logged[-1] < logged[0]
+
+
+def test_scale_t5_queries_only():
+  model = tiny("t5_tiny")
+  raw = models.flatten_params(_raw_params("t5_tiny"))
+  ours = models.flatten_params(fresh_params("t5_tiny"))
+  scale = model.config.head_dim ** -0.5
+  queries = [k for k in raw if k.endswith("query/kernel")]
+  assert len(queries) == 6  # 2 encoder + 2 x 2 decoder attentions
+  for k in raw:
+    want = raw[k] * np.float32(scale) if k in queries else raw[k]
+    np.testing.assert_allclose(ours[k], want, rtol=1e-6)
+  gemma = _raw_params("gemma2_tiny")
+  assert train.scale_t5_queries(tiny("gemma2_tiny"), gemma) is gemma
+
+
+def test_bucketed_stream_deterministic_resumable_and_sorted():
+  items = [[0] * n for n in (5, 1, 9, 3, 7, 2, 8, 4, 6, 10)]
+  make = lambda xs: {"lengths": np.array([len(x) for x in xs])}
+  take = lambda it, n: [next(it)["lengths"].tolist() for _ in range(n)]
+  full = take(train.bucketed_stream(items, make, 3, len, seed=7), 9)
+  assert full == take(train.bucketed_stream(items, make, 3, len, seed=7), 9)
+  assert take(train.bucketed_stream(items, make, 3, len, seed=7,
+                                    start_step=4), 5) == full[4:]
+  assert full != take(train.bucketed_stream(items, make, 3, len, seed=8), 9)
+  for epoch in range(3):  # 3 batches per epoch, items never repeated in one
+    got = sum(full[3 * epoch:3 * epoch + 3], [])
+    assert len(set(got)) == 9
+  # Inside a sorted window, batches hold neighbouring lengths.
+  runs = sum(sorted(sorted(b) for b in full[:3]), [])
+  assert runs == sorted(runs)
+  with pytest.raises(ValueError, match="batch_size must be in"):
+    next(train.bucketed_stream(items, make, 11, len, seed=0))
+
+
+def test_resume_after_kill_matches_uninterrupted(tmp_path):
+  model = tiny("gemma2_tiny")
+  rows = lm_rows() * 2
+  make = lambda xs: train.lm_batch(xs, (8,), EOS)
+  cfg = train.TrainConfig(steps=6, learning_rate=1e-2, warmup_steps=1,
+                          eval_every=3, log_every=3)
+  evals = [make(rows[:4])]
+  stream = lambda start: train.bucketed_stream(rows, make, 2, len, seed=0,
+                                               start_step=start)
+  params = fresh_params("gemma2_tiny")
+  train.train(model, params, cfg, stream, evals, workdir=str(tmp_path / "a"),
+              log=None)
+
+  def dies_after_4(start):
+    it = stream(start)
+    for _ in range(4):
+      yield next(it)
+    raise KeyboardInterrupt("killed")
+
+  with pytest.raises(KeyboardInterrupt):
+    train.train(model, params, cfg, dies_after_4, evals,
+                workdir=str(tmp_path / "b"), log=None)
+  lines = []
+  train.train(model, params, cfg, stream, evals, workdir=str(tmp_path / "b"),
+              log=lines.append)
+  assert lines[0] == f"resumed from {tmp_path / 'b'} at step 3"
+  like = train.init_state(params, cfg)
+  a = train.restore_state(str(tmp_path / "a"), like)
+  b = train.restore_state(str(tmp_path / "b"), like)
+  assert int(a[0].step) == int(b[0].step) == 6
+  for x, y in zip(jax.tree.leaves(a[0]), jax.tree.leaves(b[0])):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6)
+  # A state of another model is refused with a clear message.
+  other = train.init_state(fresh_params("t5_tiny"), cfg)
+  with pytest.raises(ValueError, match="another model or optimizer"):
+    train.restore_state(str(tmp_path / "a"), other)
