@@ -103,18 +103,41 @@ def alpha_from_efficiency(eff: float, gamma: int) -> float:
   return 0.5 * (lo + hi)
 
 
-def theory(alpha: float, gamma: int, c: float) -> float:
-  if alpha >= 1.0:
-    return (gamma + 1) / (gamma * c + 1)
-  return (1 - alpha**(gamma + 1)) / ((1 - alpha) * (gamma * c + 1))
+def theory(alpha: float, gamma: int, c: float, block: float = 1.0) -> float:
+  """Expected speedup; ``block`` = cost of a (gamma+1)-token verifier block
+  over a 1-token verifier step (1 in Leviathan et al.'s model)."""
+  eff = gamma + 1 if alpha >= 1.0 else (1 - alpha**(gamma + 1)) / (1 - alpha)
+  return eff / (gamma * c + block)
+
+
+def block_time(model, params, batch, context, k, repeats=30, inputs=None):
+  """Median seconds of a jitted ``k``-token block step at ``context``."""
+  enc = model.encode(params, inputs) if model.is_encoder_decoder else None
+  cache = model.init_cache(batch, context + k + 8, enc)
+  step = jax.jit(model.step)
+  _, cache = step(params, jnp.full((batch, context), 5, jnp.int32), cache)
+  block = jnp.full((batch, k), 5, jnp.int32)
+  jax.block_until_ready(step(params, block, cache))
+  times = []
+  for _ in range(repeats):
+    t = time.perf_counter()
+    jax.block_until_ready(step(params, block, cache))
+    times.append(time.perf_counter() - t)
+  return statistics.median(times)
 
 
 def timed_generate(method, pair, prompts, inputs, temp, gamma, new, repeats,
                    batch):
-  """Median wall time of decoding all prompts in batches of ``batch``."""
+  """Median wall time of decoding all prompts in batches of ``batch``.
+
+  Every call pads its prompts / encoder inputs to the width of the longest
+  of ALL prompts (``pad_to``), so each method compiles once per batch size.
+  """
   drafter, verifier, qp, pp = pair
   sampling = decoding.Temperature(temp)
-  chunks = [slice(i, i + batch) for i in range(0, len(prompts), batch)]
+  rows = prompts if prompts is not None else inputs
+  width = max(len(r) for r in rows)
+  chunks = [slice(i, i + batch) for i in range(0, len(rows), batch)]
 
   def run_all(seed):
     results = []
@@ -123,7 +146,8 @@ def timed_generate(method, pair, prompts, inputs, temp, gamma, new, repeats,
           method, drafter, verifier, qp, pp,
           None if prompts is None else prompts[sl],
           inputs=None if inputs is None else inputs[sl], sampling=sampling,
-          gamma=gamma, max_new_tokens=new, seeds=seed, eos_id=None))
+          gamma=gamma, max_new_tokens=new, seeds=seed, eos_id=None,
+          pad_to=width))
     return results
 
   run_all(0)  # compile
@@ -159,15 +183,21 @@ def main():
   drafter, verifier, qp, pp = pair
   rng = np.random.default_rng(0)
   vocab = verifier.vocab_size
-  prompts = inputs = None
-  if getattr(pair, "prompts", None) is not None:
-    prompts = pair.prompts[:args.num_prompts]
-  seqs = [list(rng.integers(3, vocab, size=24)) for _ in
-          range(args.num_prompts)]
-  if verifier.is_encoder_decoder:
-    inputs = seqs
+  prompts = getattr(pair, "prompts", None)
+  inputs = getattr(pair, "inputs", None)
+  if prompts is not None or inputs is not None:
+    # A trained pair: its held-out test prompts (the first num_prompts).
+    prompts = None if prompts is None else prompts[:args.num_prompts]
+    inputs = None if inputs is None else inputs[:args.num_prompts]
+    prompt_text = "held-out test prompts"
   else:
-    prompts = [[2] + s for s in seqs]
+    seqs = [list(rng.integers(3, vocab, size=24)) for _ in
+            range(args.num_prompts)]
+    if verifier.is_encoder_decoder:
+      inputs = seqs
+    else:
+      prompts = [[2] + s for s in seqs]
+    prompt_text = "random 24-token prompts"
 
   rows, costs = [], {}
   for batch in map(int, args.batches.split(",")):
@@ -176,8 +206,10 @@ def main():
       enc = jnp.full((batch, 24), 5, jnp.int32)
     tq = step_time(drafter, qp, batch, 32, inputs=enc)
     tp = step_time(verifier, pp, batch, 32, inputs=enc)
+    blocks = {g: block_time(verifier, pp, batch, 32, g + 1, inputs=enc) / tp
+              for g in map(int, args.gammas.split(","))}
     costs[batch] = dict(drafter_step_ms=1e3 * tq, verifier_step_ms=1e3 * tp,
-                        c=tq / tp)
+                        c=tq / tp, block_over_step=blocks)
     for temp in map(float, args.temperatures.split(",")):
       base = timed_generate(decoding.TargetOnly(), pair, prompts, inputs, temp,
                             1, args.new_tokens, args.repeats, batch)
@@ -194,10 +226,14 @@ def main():
           speed = r["tokens_per_s"] / base["tokens_per_s"]
           a = alpha_from_efficiency(r["block_efficiency"], gamma)
           th = theory(a, gamma, costs[batch]["c"])
+          b = costs[batch]["block_over_step"][gamma]
+          th_b = theory(a, gamma, costs[batch]["c"], b)
           rows.append(dict(batch=batch, temperature=temp, gamma=gamma,
                            method=name, **r, speedup=speed, alpha=a,
                            c=costs[batch]["c"], theory=th,
-                           measured_over_theory=speed / th))
+                           measured_over_theory=speed / th,
+                           block_over_step=b, theory_block=th_b,
+                           measured_over_theory_block=speed / th_b))
           print(json.dumps(rows[-1]), flush=True)
 
   meta = dict(command="python scripts/bench_decode.py " + " ".join(
@@ -215,15 +251,23 @@ def main():
       f"Backend {meta['backend']} ({meta['cpu']}), jax {meta['jax']}; "
       f"drafter {meta['drafter_params'] / 1e6:.1f}M / verifier "
       f"{meta['verifier_params'] / 1e6:.1f}M parameters; "
-      f"{args.num_prompts} prompts x {args.new_tokens} new tokens, median of "
+      f"{len(prompts if prompts is not None else inputs)} {prompt_text} x "
+      f"{args.new_tokens} new tokens (no EOS stop), median of "
       f"{args.repeats} repeats. alpha is solved from the block efficiency; "
-      f"theory = (1 - a^(g+1)) / ((1 - a)(g c + 1)).\n",
-      "| batch | c (drafter/verifier step) |", "|---|---|"]
+      f"theory = (1 - a^(g+1)) / ((1 - a)(g c + 1)) (Leviathan et al.: a "
+      f"(g+1)-token verifier block costs one step); theory_b = (1 - "
+      f"a^(g+1)) / ((1 - a)(g c + b)) with b the measured cost of that block "
+      f"over one verifier step.\n",
+      "| batch | c (drafter/verifier step) | b = block/step by gamma |",
+      "|---|---|---|"]
   lines += [f"| {b} | {v['c']:.3f} ({v['drafter_step_ms']:.2f} ms / "
-            f"{v['verifier_step_ms']:.2f} ms) |" for b, v in costs.items()]
+            f"{v['verifier_step_ms']:.2f} ms) | " + ", ".join(
+                f"{g}: {x:.2f}" for g, x in v["block_over_step"].items())
+            + " |" for b, v in costs.items()]
   lines += ["", "| batch | T | gamma | method | tokens/s | speedup | accept "
-            "rate | tokens/call | alpha | theory | measured/theory |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+            "rate | tokens/call | alpha | theory | measured/theory | "
+            "theory_b | measured/theory_b |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
   for r in rows:
     fmt = lambda k, f: (f.format(r[k]) if r.get(k) is not None else "-")
     lines.append(
@@ -231,7 +275,9 @@ def main():
         f"{r['method']} | {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | "
         f"{fmt('acceptance_rate', '{:.2f}')} | "
         f"{r['block_efficiency']:.2f} | {fmt('alpha', '{:.2f}')} | "
-        f"{fmt('theory', '{:.2f}x')} | {fmt('measured_over_theory', '{:.2f}')} |")
+        f"{fmt('theory', '{:.2f}x')} | {fmt('measured_over_theory', '{:.2f}')}"
+        f" | {fmt('theory_block', '{:.2f}x')} | "
+        f"{fmt('measured_over_theory_block', '{:.2f}')} |")
   with open(args.out + ".md", "w") as f:
     f.write("\n".join(lines) + "\n")
   print("\n".join(lines))
