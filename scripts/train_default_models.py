@@ -71,15 +71,16 @@ ARCHS = {
     },
 }
 TRAIN = {
+    # Verifiers: two warm-restart cycles (the second at half the peak).
     ("t5_docstring", "verifier"): train_lib.TrainConfig(
-        steps=500, learning_rate=1e-3, warmup_steps=50, eval_every=50,
-        log_every=10, seed=1),
+        steps=750, learning_rate=1e-3, warmup_steps=50, eval_every=50,
+        log_every=10, seed=1, cycle_lengths=(500, 250), cycle_decay=0.5),
     ("t5_docstring", "drafter"): train_lib.TrainConfig(
         steps=1500, learning_rate=2e-3, warmup_steps=100, eval_every=100,
         log_every=50, seed=2),
     ("gemma_completion", "verifier"): train_lib.TrainConfig(
-        steps=450, learning_rate=1e-3, warmup_steps=50, eval_every=50,
-        log_every=10, seed=3),
+        steps=700, learning_rate=1e-3, warmup_steps=50, eval_every=50,
+        log_every=10, seed=3, cycle_lengths=(450, 250), cycle_decay=0.5),
     ("gemma_completion", "drafter"): train_lib.TrainConfig(
         steps=1500, learning_rate=2e-3, warmup_steps=100, eval_every=100,
         log_every=50, seed=4),
@@ -379,12 +380,88 @@ def write_metadata(args, corpus, tokenizers: dict, reports: dict) -> None:
   log(f"wrote {path}")
 
 
+def _metric_cells(row: dict, metrics) -> str:
+  return " | ".join(f"{row[m]:.2f}" if row.get(m) is not None else "-"
+                    for m in metrics)
+
+
+def report_markdown(meta: dict) -> str:
+  """The quality / acceptance / cost report of ``metadata.json`` (Markdown).
+
+  Every number is read from the metadata the training run wrote; nothing is
+  computed here but formatting.
+  """
+  lines = ["# Built-in default models: measured quality, acceptance, cost", "",
+           f"Produced by `{meta['command']}` (python {meta['python']}, jax "
+           f"{meta['jax']}, {meta['machine']}); corpus: the CPython standard "
+           f"library at `{meta['corpus']['stdlib_root']}` (hash "
+           f"{meta['corpus']['corpus_hash'][:16]}), held-out split by file "
+           f"(seed {meta['corpus']['split_seed']}). Metrics in percent; "
+           "greedy unless marked T=1.", ""]
+  for task, rep in meta["pairs"].items():
+    ev = rep.get("evaluation")
+    if not ev:
+      continue
+    metrics = rep["task"]["metrics"]
+    lines += [f"## {task}", ""]
+    lines += ["| model | parameters | training steps | best step | best "
+              "validation loss | checkpoint MB |", "|---|---|---|---|---|---|"]
+    for role in ("drafter", "verifier"):
+      r = rep[role]
+      lines.append(f"| {role} | {r['params']:,} | {r['train_config']['steps']}"
+                   f" | {r['best_step']} | {r['best_eval_loss']:.3f} | "
+                   f"{r['checkpoint_mb']} |")
+    lines += ["", f"{ev['test_examples']} test examples, gamma "
+              f"{ev['gamma']}, max {rep['task']['max_new_tokens']} new tokens "
+              "(stop at EOS).", "",
+              "| run | " + " | ".join(metrics) + " | acceptance rate | tokens "
+              "/ verifier call | deferral rate | mean tokens |",
+              "|---|" + "---|" * (len(metrics) + 4)]
+    runs = [("verifier (target-only)", ev["verifier"]),
+            ("drafter (drafter-only)", ev["drafter"]),
+            ("SpecDecode", ev["spec_decode_t0"]),
+            ("SpecDecode, T=1", ev["spec_decode_t1"])]
+    runs += [(f"SpecCascade [TokenV3] alpha={r['alpha']}", r)
+             for r in ev["cascade_token_v3"]]
+    fmt = lambda x: "-" if x is None else f"{x:.3f}"
+    for name, r in runs:
+      lines.append(f"| {name} | {_metric_cells(r, metrics)} | "
+                   f"{fmt(r['acceptance_rate'])} | "
+                   f"{fmt(r['tokens_per_verifier_call'])} | "
+                   f"{fmt(r['deferral_rate'])} | {r['mean_tokens']} |")
+    c = ev["cost"]
+    lines += ["", f"Greedy SpecDecode equals the verifier's greedy output on "
+              f"{100 * ev['spec_decode_t0_equals_verifier']:.1f}% of the test "
+              f"examples (lossless); the drafter's equals it on "
+              f"{100 * ev['drafter_equals_verifier']:.1f}%.", "",
+              f"Cost per token (1-token cached step, batch 1): verifier / "
+              f"drafter parameters {c['param_ratio']}x, weight multiply-adds "
+              f"{c['weight_macs_ratio']}x, XLA FLOPs {c['step_flops_ratio_xla']}"
+              f"x, measured CPU step time {c['measured_step_time_ratio']}x "
+              f"({c['verifier_step_ms']} ms / {c['drafter_step_ms']} ms; c = "
+              f"{c['c_drafter_over_verifier']}).", ""]
+  return "\n".join(lines)
+
+
+def write_report(args) -> None:
+  with open(os.path.join(args.out, dm.METADATA)) as f:
+    meta = json.load(f)
+  os.makedirs(os.path.dirname(os.path.abspath(args.report)), exist_ok=True)
+  with open(args.report, "w") as f:
+    f.write(report_markdown(meta))
+  log(f"wrote {args.report}")
+
+
 def main():
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--out", default=dm.ASSETS)
   ap.add_argument("--workdir", default="/tmp/specdec_default_models")
   ap.add_argument("--pairs", default=",".join(dm.PAIRS))
-  ap.add_argument("--stage", default="all", choices=("all", "train", "eval"))
+  ap.add_argument("--stage", default="all",
+                  choices=("all", "train", "eval", "report"))
+  ap.add_argument("--report", default="benchmarks/results/default_models.md",
+                  help="Markdown report written from metadata.json after "
+                  "an evaluation ('' for none)")
   ap.add_argument("--roles", default="drafter,verifier",
                   help="models to train (run roles in parallel processes "
                        "with --stage train, then --stage all to finish)")
@@ -403,6 +480,9 @@ def main():
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
   if args.smoke and os.path.abspath(args.out) == os.path.abspath(dm.ASSETS):
     ap.error("--smoke needs --out outside the shipped assets")
+  if args.stage == "report":
+    write_report(args)
+    return
   tasks = [t for t in args.pairs.split(",") if t]
   bad = [t for t in tasks if t not in dm.TASKS]
   if bad:
@@ -435,6 +515,8 @@ def main():
       report = {**prev, **report}
     reports[task] = report
     write_metadata(args, corpus, tokenizers, reports)
+  if args.stage in ("all", "eval") and args.report:
+    write_report(args)
   log(f"done in {time.perf_counter() - t0:.0f}s")
 
 

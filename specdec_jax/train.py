@@ -59,6 +59,14 @@ class TrainConfig:
     eval_every: steps between evaluations / checkpoints.
     log_every: steps between progress lines.
     seed: seed of the parameter init (see :func:`init_params`).
+    cycle_lengths: warm restarts (SGDR): the lengths of successive
+      schedule cycles, summing to ``steps`` (empty: one cycle of ``steps``).
+      Each cycle warms up for ``warmup_steps``, then decays (cosine) to
+      ``end_lr_fraction`` of its peak. A finished one-cycle run continued
+      with ``cycle_lengths=(its steps, more)`` resumes exactly where it
+      stopped.
+    cycle_decay: cycle k peaks at ``learning_rate * cycle_decay**k``; each
+      restart warms up from the previous cycle's final value.
   """
 
   steps: int = 1000
@@ -72,13 +80,22 @@ class TrainConfig:
   eval_every: int = 250
   log_every: int = 50
   seed: int = 0
+  cycle_lengths: tuple[int, ...] = ()
+  cycle_decay: float = 1.0
 
   def __post_init__(self):
     if self.steps < 1:
       raise ValueError(f"steps must be >= 1, got {self.steps}")
-    if not 0 <= self.warmup_steps < self.steps:
-      raise ValueError(f"warmup_steps must be in [0, steps={self.steps}), "
-                       f"got {self.warmup_steps}")
+    if self.cycle_lengths and sum(self.cycle_lengths) != self.steps:
+      raise ValueError(f"cycle_lengths must sum to steps={self.steps}, got "
+                       f"{tuple(self.cycle_lengths)}")
+    if not 0 < self.cycle_decay <= 1:
+      raise ValueError(f"cycle_decay must be in (0, 1], got "
+                       f"{self.cycle_decay}")
+    shortest = min(self.cycle_lengths or (self.steps,))
+    if not 0 <= self.warmup_steps < shortest:
+      raise ValueError(f"warmup_steps must be in [0, shortest cycle = "
+                       f"{shortest}), got {self.warmup_steps}")
     if self.learning_rate <= 0:
       raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
     if self.eval_every < 1 or self.log_every < 1:
@@ -148,23 +165,33 @@ def scale_t5_queries(model, params) -> dict:
   return flax.traverse_util.unflatten_dict(flat, sep="/")
 
 
+def schedule(cfg: TrainConfig) -> optax.Schedule:
+  """Warmup + cosine decay per cycle (see :class:`TrainConfig`)."""
+  lengths = tuple(cfg.cycle_lengths) or (cfg.steps,)
+  parts, start = [], 0.0
+  for k, length in enumerate(lengths):
+    peak = cfg.learning_rate * cfg.cycle_decay ** k
+    parts.append(optax.warmup_cosine_decay_schedule(
+        start, peak, cfg.warmup_steps, length,
+        end_value=peak * cfg.end_lr_fraction))
+    start = peak * cfg.end_lr_fraction
+  if len(parts) == 1:
+    return parts[0]
+  return optax.join_schedules(parts, list(np.cumsum(lengths[:-1])))
+
+
 def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
-  """Clip by global norm, then AdamW with warmup + cosine decay."""
-  schedule = optax.warmup_cosine_decay_schedule(
-      0.0, cfg.learning_rate, cfg.warmup_steps, cfg.steps,
-      end_value=cfg.learning_rate * cfg.end_lr_fraction)
+  """Clip by global norm, then AdamW with :func:`schedule`."""
   decay_mask = lambda p: jax.tree.map(lambda x: x.ndim >= 2, p)
   return optax.chain(
       optax.clip_by_global_norm(cfg.clip_norm),
-      optax.adamw(schedule, b1=cfg.b1, b2=cfg.b2,
+      optax.adamw(schedule(cfg), b1=cfg.b1, b2=cfg.b2,
                   weight_decay=cfg.weight_decay, mask=decay_mask))
 
 
 def learning_rate(cfg: TrainConfig, step: int) -> float:
   """The schedule's value at ``step`` (for logs)."""
-  return float(optax.warmup_cosine_decay_schedule(
-      0.0, cfg.learning_rate, cfg.warmup_steps, cfg.steps,
-      end_value=cfg.learning_rate * cfg.end_lr_fraction)(step))
+  return float(schedule(cfg)(step))
 
 
 def init_state(params, cfg: TrainConfig) -> TrainState:
@@ -510,5 +537,5 @@ __all__ = [
     "bucketed_stream", "cross_entropy", "evaluate", "init_params",
     "init_state", "learning_rate", "lm_batch",
     "make_eval_step", "make_optimizer", "make_train_step", "restore_state",
-    "save_state", "scale_t5_queries", "seq2seq_batch", "train",
+    "save_state", "schedule", "scale_t5_queries", "seq2seq_batch", "train",
 ]

@@ -65,10 +65,35 @@ def test_config_errors():
   with pytest.raises(ValueError, match="steps must be >= 1, got 0"):
     train.TrainConfig(steps=0)
   with pytest.raises(ValueError, match=r"warmup_steps must be in \[0, "
-                     r"steps=10\), got 10"):
+                     r"shortest cycle = 10\), got 10"):
     train.TrainConfig(steps=10, warmup_steps=10)
   with pytest.raises(ValueError, match="learning_rate must be > 0"):
     train.TrainConfig(learning_rate=0.0)
+  with pytest.raises(ValueError, match=r"cycle_lengths must sum to "
+                     r"steps=10, got \(5, 4\)"):
+    train.TrainConfig(steps=10, warmup_steps=1, cycle_lengths=(5, 4))
+  with pytest.raises(ValueError, match=r"cycle_decay must be in \(0, 1\]"):
+    train.TrainConfig(steps=10, warmup_steps=1, cycle_lengths=(5, 5),
+                      cycle_decay=0.0)
+  with pytest.raises(ValueError, match=r"shortest cycle = 4\), got 4"):
+    train.TrainConfig(steps=10, warmup_steps=4, cycle_lengths=(6, 4))
+
+
+def test_warm_restart_schedule():
+  one = train.TrainConfig(steps=100, learning_rate=1e-3, warmup_steps=10,
+                          end_lr_fraction=0.1)
+  two = train.TrainConfig(steps=150, learning_rate=1e-3, warmup_steps=10,
+                          end_lr_fraction=0.1, cycle_lengths=(100, 50),
+                          cycle_decay=0.5)
+  # Cycle 1 is the one-cycle schedule, so a one-cycle run can be continued.
+  for step in range(0, 100, 7):
+    assert train.learning_rate(two, step) == pytest.approx(
+        train.learning_rate(one, step), rel=1e-6)
+  assert train.learning_rate(two, 10) == pytest.approx(1e-3)
+  assert train.learning_rate(two, 100) == pytest.approx(1e-4)  # restart
+  assert train.learning_rate(two, 105) == pytest.approx(3e-4)  # warming up
+  assert train.learning_rate(two, 110) == pytest.approx(5e-4)  # half peak
+  assert train.learning_rate(two, 150) == pytest.approx(5e-5)
 
 
 def test_seq2seq_batch_exact():
