@@ -198,9 +198,16 @@ class SeqCascade:
     def skip(_):  # nothing deferred: no verifier pass at all
       return first.replace(stats=Stats.zeros(defer.shape[0]))
 
-    # lax.cond (not a host check) so the method also runs inside a caller's
-    # jit, e.g. t5x's pjit of predict_batch_with_aux.
-    second = jax.lax.cond(jnp.any(defer), redo, skip, None)
+    any_defer = jnp.any(defer)
+    if isinstance(any_defer, jax.core.Tracer):
+      # Inside a caller's jit (e.g. t5x's pjit of predict_batch_with_aux):
+      # lax.cond, so only the taken branch runs.
+      second = jax.lax.cond(any_defer, redo, skip, None)
+    else:
+      # Eagerly, a host check. (An eager lax.cond would close over the
+      # parameters and this batch as constants: a new compilation, holding
+      # a copy of the weights, on every call.)
+      second = redo(None) if bool(any_defer) else skip(None)
     pick = lambda a, c: jnp.where(
         defer.reshape(defer.shape + (1,) * (a.ndim - 1)), c, a)
     num_out = pick(first.num_out, second.num_out)

@@ -129,3 +129,29 @@ def test_knobs_prompts_and_seeds_do_not_recompile(pair):
   decoding.generate(decoding.make_method("opt", alpha=0.3), d, v, qp, pp,
                     [[2, 3], [4]], gamma=3, max_new_tokens=8)
   assert program.compile_count(key) == before + 1
+
+
+def test_seq_cascade_compiles_once_and_defers_per_row(pair):
+  """SeqCascade called eagerly reuses its compiled programs.
+
+  (Regression: an eager lax.cond closed over the parameters and the batch as
+  constants, compiling a new program -- with a copy of the weights -- on
+  every call, until a long sweep ran out of memory.)
+  """
+  d, v, qp, pp = pair
+  compiles = []
+  jax.monitoring.register_event_duration_secs_listener(
+      lambda event, secs, **kw: compiles.append(event)
+      if event == "/jax/core/compile/backend_compile_duration" else None)
+  run = lambda prompts, alpha: decoding.generate(
+      decoding.make_method("seq_cascade", alpha=alpha), d, v, qp, pp,
+      prompts, gamma=3, max_new_tokens=8)
+  run([[2, 3, 4], [5]], [0.0, 1.0])  # warm: row 0 defers, row 1 does not
+  compiles.clear()
+  out = run([[7, 8], [9, 10, 11]], [0.0, 1.0])
+  again = run([[2, 9], [4]], [1.0, 0.0])
+  assert compiles == []
+  # alpha 0 defers whatever the confidence; alpha 1 never does.
+  assert out.deferrals[0] == out.lengths[0] and out.deferrals[1] == 0
+  assert again.deferrals[0] == 0 and again.deferrals[1] == again.lengths[1]
+  assert out.verifier_calls[1] == 0 and out.verifier_calls[0] > 0
