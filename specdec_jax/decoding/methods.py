@@ -123,7 +123,12 @@ class DrafterOnly:
 
 @struct.dataclass
 class TokenCascade:
-  """TokenCascade[Chow] (Alg. 2): verifier only for deferred tokens."""
+  """TokenCascade[Chow] (Alg. 2): verifier only for deferred tokens.
+
+  The verifier's cache is prefilled with the prompt once; before scoring a
+  deferred position it catches up on the tokens generated since its last
+  call in blocks of ``chunk`` (static) tokens.
+  """
 
   alpha: jax.Array = 0.5
   chunk: int = struct.field(pytree_node=False, default=16)
@@ -137,8 +142,8 @@ class TokenCascade:
 
   def run(self, drafter, verifier, q_params, p_params, batch, cfg,
           mesh=None):
-    chunk = max(self.chunk, batch.prompt.shape[1])
-    prog = sequential.token_cascade_program(drafter, verifier, cfg, chunk)
+    prog = sequential.token_cascade_program(drafter, verifier, cfg,
+                                            self.chunk)
     return _run(prog, q_params, p_params, batch, mesh)
 
 

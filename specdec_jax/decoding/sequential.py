@@ -208,10 +208,11 @@ def token_cascade_program(drafter, verifier, cfg: LoopConfig,
                           chunk: int) -> program_lib.LoopProgram:
   """TokenCascade (Alg. 2) with a drafter-only deferral rule (Chow).
 
-  The verifier is called only for deferred tokens. Its cache lags behind;
-  before scoring a deferred position it processes the missing prefix in
-  blocks of ``chunk`` tokens (one verifier call each). The rule is
-  ``Chow(batch.method.alpha)``.
+  The verifier is called only for deferred tokens. Its cache is prefilled
+  with the prompt (all but the last prompt token, as for target-only) and
+  then lags behind; before scoring a deferred position it processes the
+  tokens generated since its last call in blocks of ``chunk`` tokens (one
+  verifier call each). The rule is ``Chow(batch.method.alpha)``.
   """
   key = ("token_cascade", drafter, verifier, cfg, chunk)
 
@@ -222,9 +223,8 @@ def token_cascade_program(drafter, verifier, cfg: LoopConfig,
       cap = capacity(width, cfg, chunk)
       q_cache, pending = start_caches(drafter, q_params, batch.prompt,
                                       batch.prompt_len, batch.inputs, cap)
-      encoded = (verifier.encode(p_params, batch.inputs)
-                 if verifier.is_encoder_decoder else None)
-      p_cache = verifier.init_cache(b, cap, encoded)
+      p_cache, _ = start_caches(verifier, p_params, batch.prompt,
+                                batch.prompt_len, batch.inputs, cap)
       hist = jnp.zeros((b, width + cfg.max_new + chunk), jnp.int32)
       hist = lax.dynamic_update_slice(hist, batch.prompt, (0, 0))
       return TCState(ar=_init(b, cfg, q_cache, pending, batch.req,

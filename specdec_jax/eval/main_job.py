@@ -43,7 +43,7 @@ from typing import Callable, Mapping, Sequence
 from specdec_jax.eval import harness, plots, report
 
 DEFAULT_PAIRS = ("t5_docstring", "gemma_completion")
-DEFAULT_NUM_EXAMPLES = 16
+DEFAULT_NUM_EXAMPLES = 32
 
 # method -> {knob: values}. Small knob grids that span "close to the
 # verifier" to "close to the drafter" for each rule (see targets.py for the

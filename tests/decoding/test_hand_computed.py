@@ -67,8 +67,8 @@ def test_target_only_and_token_cascade_on_fakes():
             drafter, plus_one(), [[2, 3]], max_new_tokens=5)
   assert tc.sequences() == [[4, 5, 7, 8, 9]]
   assert tc.verifier_calls.tolist() == [0]
-  # alpha = 0 defers every token (max q < 1 always): the verifier catches
-  # up on the prompt in one chunk, then scores one token per call.
+  # alpha = 0 defers every token (max q < 1 always): the verifier's cache
+  # holds the prefilled prompt, and it scores one token per call.
   tc0 = _run(decoding.make_method("token_cascade", alpha=0.0),
              drafter, plus_one(), [[2, 3]], max_new_tokens=5)
   assert tc0.sequences() == [[4, 5, 6, 7, 8]]

@@ -98,7 +98,11 @@ def test_shipped_pair_loads_with_matching_vocabulary(name):
   ev = info["evaluation"]
   for metric in p.metrics:
     assert 0.0 <= ev["drafter"][metric] <= 100.0
-    assert ev["verifier"][metric] >= ev["drafter"][metric]
+    assert 0.0 <= ev["verifier"][metric] <= 100.0
+  # The verifier models held-out text better than its drafter. (Greedy
+  # quality need not follow: the T5 verifier's greedy outputs loop more, so
+  # its ROUGE-2 is below the drafter's; benchmarks/results/default_models.md.)
+  assert info["verifier"]["best_eval_loss"] < info["drafter"]["best_eval_loss"]
   assert 0.0 < ev["spec_decode_t0"]["acceptance_rate"] < 1.0
   assert ev["spec_decode_t0_equals_verifier"] == 1.0
   # Round trip of a real example through the shipped tokenizer.
