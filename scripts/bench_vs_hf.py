@@ -858,6 +858,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
                               batch=args.batch, gammas=gammas,
                               gamma=args.gamma, seed=args.seed,
                               pad=args.ours_pad, torch_threads=threads))
+      # Free the pair's compiled programs: hundreds of live CPU executables
+      # can exhaust the process's memory maps (LLVM "Cannot allocate memory").
+      decoding.clear_compiled()
   facts["load_average_end"] = list(os.getloadavg())
   result = dict(command="PYTHONPATH=. python " + " ".join(
       [os.path.relpath(sys.argv[0])] + sys.argv[1:]) if argv is None

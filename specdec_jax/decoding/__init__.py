@@ -10,6 +10,7 @@ from specdec_jax.decoding.methods import (METHODS, BiLD, DrafterOnly,
                                           OracleCascade, SeqCascade,
                                           Speculative, TargetOnly,
                                           TokenCascade, make_method)
+from specdec_jax.decoding.program import clear_compiled
 from specdec_jax.decoding.sampling import (Greedy, Temperature, TopK, TopP,
                                            sample)
 from specdec_jax.decoding.targets import (OPT, BiLDRollback, BiLDStar, Chow,
@@ -22,5 +23,5 @@ __all__ = [
     "Diff", "DrafterOnly", "Greedy", "Lossy", "LossyGreedy", "METHODS", "OPT",
     "OracleCascade", "SeqCascade", "SpecDecode", "Speculative", "TargetOnly",
     "Temperature", "TokenCascade", "TokenV1", "TokenV2", "TokenV3", "TopK",
-    "TopP", "effective", "generate", "make_method", "sample", "verify_block",
+    "TopP", "clear_compiled", "effective", "generate", "make_method", "sample", "verify_block",
 ]

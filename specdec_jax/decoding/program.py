@@ -73,6 +73,21 @@ def _single_device_jit(key):
   return jax.jit(_whole(_PROGRAMS[key]))
 
 
+def clear_compiled() -> None:
+  """Drops every compiled decode program, and JAX's own caches.
+
+  Each compiled program keeps its machine code mapped in memory. A process
+  that compiles hundreds of programs (sweeps over pairs, gammas and prompt
+  widths) can exhaust the kernel's memory-map limit on CPU (LLVM "Cannot
+  allocate memory", then a crash). Call this between independent phases;
+  later calls compile again (or read JAX's persistent cache when enabled).
+  """
+  _single_device_jit.cache_clear()
+  _sharded_jits.cache_clear()
+  _PROGRAMS.clear()
+  jax.clear_caches()
+
+
 def compile_count(key: Hashable) -> int:
   """Executables compiled so far for the single-device program ``key``."""
   if key not in _PROGRAMS:
