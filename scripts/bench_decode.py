@@ -76,19 +76,7 @@ def load_pair(name: str):
 
 def step_time(model, params, batch, context, repeats=30, inputs=None):
   """Median seconds of a jitted 1-token step at ``context`` cached tokens."""
-  enc = model.encode(params, inputs) if model.is_encoder_decoder else None
-  cache = model.init_cache(batch, context + 8, enc)
-  step = jax.jit(model.step)
-  toks = jnp.full((batch, context), 5, jnp.int32)
-  _, cache = step(params, toks, cache)
-  one = jnp.full((batch, 1), 5, jnp.int32)
-  jax.block_until_ready(step(params, one, cache))
-  times = []
-  for _ in range(repeats):
-    t = time.perf_counter()
-    jax.block_until_ready(step(params, one, cache))
-    times.append(time.perf_counter() - t)
-  return statistics.median(times)
+  return block_time(model, params, batch, context, 1, repeats, inputs)
 
 
 def alpha_from_efficiency(eff: float, gamma: int) -> float:
