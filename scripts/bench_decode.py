@@ -3,14 +3,20 @@
 For gamma in {1, 3, 5, 8}, temperature {0, 1} and batch {1, 8} this measures
 tokens/s of target-only decoding, SpecDecode and a speculative cascade
 (TokenV3), the acceptance statistics, the drafter/verifier cost ratio c
-(median time of a 1-token step of each model), and compares the measured
-speedup with Leviathan et al.'s theory
+(drafter-only over target-only seconds per token, in the same decode loop)
+and compares the measured speedup with Leviathan et al.'s theory
 
     speedup(alpha, gamma, c) = (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1))
 
 where alpha is recovered from the measured block efficiency (tokens per
-verifier call = (1 - alpha^(gamma+1)) / (1 - alpha)). All ratios come from one
-run on one machine; times are medians over repeats.
+verifier call = (1 - alpha^(gamma+1)) / (1 - alpha)). The theory assumes a
+(gamma+1)-token verifier block costs one step (memory-bound verifier); the
+measured block cost b (in a jitted loop, no dispatch) gives the block-aware
+``theory_b`` = (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + b)).
+
+Noise control on a shared machine: every speedup is the median of per-repeat
+ratios, each repeat timing the method and target-only back to back, and b is
+timed the same way against a 1-token step. All ratios come from one run.
 
 Usage:
   python scripts/bench_decode.py --pair random-gemma \\
@@ -28,6 +34,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 import numpy as np
 
 from specdec_jax import decoding, models
@@ -74,11 +81,6 @@ def load_pair(name: str):
   return default_models.load_pair_for_benchmark(name)
 
 
-def step_time(model, params, batch, context, repeats=30, inputs=None):
-  """Median seconds of a jitted 1-token step at ``context`` cached tokens."""
-  return block_time(model, params, batch, context, 1, repeats, inputs)
-
-
 def alpha_from_efficiency(eff: float, gamma: int) -> float:
   """Solves (1 - a^(g+1)) / (1 - a) = eff for a in [0, 1]."""
   lo, hi = 0.0, 1.0
@@ -98,25 +100,61 @@ def theory(alpha: float, gamma: int, c: float, block: float = 1.0) -> float:
   return eff / (gamma * c + block)
 
 
-def block_time(model, params, batch, context, k, repeats=30, inputs=None):
-  """Median seconds of a jitted ``k``-token block step at ``context``."""
-  enc = model.encode(params, inputs) if model.is_encoder_decoder else None
-  cache = model.init_cache(batch, context + k + 8, enc)
-  step = jax.jit(model.step)
-  _, cache = step(params, jnp.full((batch, context), 5, jnp.int32), cache)
-  block = jnp.full((batch, k), 5, jnp.int32)
-  jax.block_until_ready(step(params, block, cache))
-  times = []
-  for _ in range(repeats):
+def block_loop(model, params, batch, k, iters=32, inputs=None):
+  """A callable that runs ``iters`` verifier blocks of ``k`` tokens in one
+  jitted ``fori_loop``, each followed by a rollback to one new cached token:
+  the verifier's work in one speculative iteration, without per-call
+  dispatch. Returns seconds per block."""
+  enc_in = inputs if inputs is not None else jnp.full((batch, 24), 5,
+                                                      jnp.int32)
+
+  @jax.jit
+  def run(params, toks):
+    enc = model.encode(params, enc_in) if model.is_encoder_decoder else None
+    cache = model.init_cache(batch, 64 + iters + k + 8, enc)
+    _, cache = model.step(params, jnp.full((batch, 32), 5, jnp.int32), cache)
+
+    def body(_, carry):
+      cache, acc = carry
+      logits, cache = model.step(params, toks, cache)
+      return cache.with_lengths(cache.lengths - (k - 1)), acc + logits[:, -1, 0]
+
+    return lax.fori_loop(0, iters, body, (cache, jnp.zeros((batch,))))[1]
+
+  toks = jnp.full((batch, k), 7, jnp.int32)
+  jax.block_until_ready(run(params, toks))
+
+  def timed():
     t = time.perf_counter()
-    jax.block_until_ready(step(params, block, cache))
-    times.append(time.perf_counter() - t)
-  return statistics.median(times)
+    jax.block_until_ready(run(params, toks))
+    return (time.perf_counter() - t) / iters
+  return timed
 
 
-def timed_generate(method, pair, prompts, inputs, temp, gamma, new, repeats,
-                   batch):
-  """Median wall time of decoding all prompts in batches of ``batch``.
+def block_costs(model, params, batch, gammas, repeats, inputs=None):
+  """b(gamma) = verifier block of gamma + 1 tokens over a 1-token step,
+  measured in a loop; the two are timed alternately and b is the median of
+  the per-repeat ratios (robust to load drifting on a shared machine).
+
+  Returns:
+    (step seconds, {gamma: b}).
+  """
+  one = block_loop(model, params, batch, 1, inputs=inputs)
+  loops = {g: block_loop(model, params, batch, g + 1, inputs=inputs)
+           for g in gammas}
+  steps, ratios = [], {g: [] for g in gammas}
+  for _ in range(repeats):
+    steps.append(one())
+    for g, loop in loops.items():
+      t1 = one()
+      ratios[g].append(loop() / t1)
+  return statistics.median(steps), {g: statistics.median(r)
+                                    for g, r in ratios.items()}
+
+
+def decoder(method, pair, prompts, inputs, temp, gamma, new, batch):
+  """Compiles ``method`` and returns ``run(seed) -> (seconds, results)``
+  decoding all prompts in batches of ``batch``.
 
   Every call pads its prompts / encoder inputs to the width of the longest
   of ALL prompts (``pad_to``), so each method compiles once per batch size.
@@ -127,7 +165,8 @@ def timed_generate(method, pair, prompts, inputs, temp, gamma, new, repeats,
   width = max(len(r) for r in rows)
   chunks = [slice(i, i + batch) for i in range(0, len(rows), batch)]
 
-  def run_all(seed):
+  def run(seed):
+    t = time.perf_counter()
     results = []
     for sl in chunks:
       results.append(decoding.generate(
@@ -136,14 +175,27 @@ def timed_generate(method, pair, prompts, inputs, temp, gamma, new, repeats,
           inputs=None if inputs is None else inputs[sl], sampling=sampling,
           gamma=gamma, max_new_tokens=new, seeds=seed, eos_id=None,
           pad_to=width))
-    return results
+    jax.block_until_ready([x.tokens for x in results])
+    return time.perf_counter() - t, results
 
-  run_all(0)  # compile
-  times, results = [], None
+  run(0)  # compile
+  return run
+
+
+def paired(run, base, repeats):
+  """Times ``run`` and the baseline ``base`` alternately.
+
+  Returns:
+    (stats dict of ``run``, median of per-repeat time ratios base / run,
+    median baseline seconds).
+  """
+  times, base_times, ratios, results = [], [], [], None
   for r in range(repeats):
-    t = time.perf_counter()
-    results = run_all(r + 1)
-    times.append(time.perf_counter() - t)
+    tb, _ = base(r + 1)
+    t, results = run(r + 1)
+    times.append(t)
+    base_times.append(tb)
+    ratios.append(tb / t)
   tokens = sum(int(x.lengths.sum()) for x in results)
   calls = sum(int(x.verifier_calls.sum()) for x in results)
   drafted = sum(int(x.drafted.sum()) for x in results)
@@ -151,7 +203,8 @@ def timed_generate(method, pair, prompts, inputs, temp, gamma, new, repeats,
   med = statistics.median(times)
   return dict(seconds=med, tokens=tokens, tokens_per_s=tokens / med,
               block_efficiency=tokens / max(calls, 1),
-              acceptance_rate=accepted / drafted if drafted else None)
+              acceptance_rate=accepted / drafted if drafted else None
+              ), statistics.median(ratios), statistics.median(base_times)
 
 
 def main():
@@ -188,40 +241,40 @@ def main():
     prompt_text = "random 24-token prompts"
 
   rows, costs = [], {}
+  gammas = [int(g) for g in args.gammas.split(",")]
   for batch in map(int, args.batches.split(",")):
     enc = None
     if verifier.is_encoder_decoder:
       enc = jnp.full((batch, 24), 5, jnp.int32)
-    tq = step_time(drafter, qp, batch, 32, inputs=enc)
-    tp = step_time(verifier, pp, batch, 32, inputs=enc)
-    blocks = {g: block_time(verifier, pp, batch, 32, g + 1, inputs=enc) / tp
-              for g in map(int, args.gammas.split(","))}
+    tq, _ = block_costs(drafter, qp, batch, [], args.repeats, inputs=enc)
+    tp, blocks = block_costs(verifier, pp, batch, gammas, args.repeats,
+                             inputs=enc)
     costs[batch] = dict(drafter_step_ms=1e3 * tq, verifier_step_ms=1e3 * tp,
                         c=tq / tp, block_over_step=blocks)
     for temp in map(float, args.temperatures.split(",")):
-      base = timed_generate(decoding.TargetOnly(), pair, prompts, inputs, temp,
-                            1, args.new_tokens, args.repeats, batch)
+      run = lambda m, g: decoder(m, pair, prompts, inputs, temp, g,
+                                 args.new_tokens, batch)
+      base_run = run(decoding.TargetOnly(), 1)
+      base, _, _ = paired(base_run, base_run, args.repeats)
       rows.append(dict(batch=batch, temperature=temp, gamma=0,
                        method="target_only", **base, speedup=1.0))
       print(json.dumps(rows[-1]), flush=True)
-      small = timed_generate(decoding.DrafterOnly(), pair, prompts, inputs,
-                             temp, 1, args.new_tokens, args.repeats, batch)
+      small, c_inv, _ = paired(run(decoding.DrafterOnly(), 1), base_run,
+                               args.repeats)
       # c as the loop sees it: seconds per token of drafter-only over
-      # target-only decoding (same while_loop, no per-call dispatch).
-      c_loop = base["tokens_per_s"] / small["tokens_per_s"]
+      # target-only decoding (same while_loop, no per-call dispatch), from
+      # alternately timed runs.
+      c_loop = 1.0 / c_inv
       costs[batch].setdefault("c_loop", {})[temp] = c_loop
       rows.append(dict(batch=batch, temperature=temp, gamma=0,
-                       method="drafter_only", **small,
-                       speedup=small["tokens_per_s"] / base["tokens_per_s"]))
+                       method="drafter_only", **small, speedup=c_inv))
       print(json.dumps(rows[-1]), flush=True)
-      for gamma in map(int, args.gammas.split(",")):
+      for gamma in gammas:
         for name, method in (
             ("spec_decode", decoding.make_method("spec_decode")),
             (f"token_v3(alpha={args.cascade_alpha})",
              decoding.make_method("token_v3", alpha=args.cascade_alpha))):
-          r = timed_generate(method, pair, prompts, inputs, temp, gamma,
-                             args.new_tokens, args.repeats, batch)
-          speed = r["tokens_per_s"] / base["tokens_per_s"]
+          r, speed, _ = paired(run(method, gamma), base_run, args.repeats)
           a = alpha_from_efficiency(r["block_efficiency"], gamma)
           th = theory(a, gamma, c_loop)
           b = costs[batch]["block_over_step"][gamma]
@@ -233,6 +286,7 @@ def main():
                            block_over_step=b, theory_block=th_b,
                            measured_over_theory_block=speed / th_b))
           print(json.dumps(rows[-1]), flush=True)
+      decoding.clear_compiled()
 
   meta = dict(command="python scripts/bench_decode.py " + " ".join(
       f"--{k}={v}" for k, v in vars(args).items()),
@@ -250,16 +304,17 @@ def main():
       f"drafter {meta['drafter_params'] / 1e6:.1f}M / verifier "
       f"{meta['verifier_params'] / 1e6:.1f}M parameters; "
       f"{len(prompts if prompts is not None else inputs)} {prompt_text} x "
-      f"{args.new_tokens} new tokens (no EOS stop), median of "
-      f"{args.repeats} repeats. alpha is solved from the block efficiency; "
-      f"c is drafter-only over target-only seconds per token, measured with "
-      f"the same decode loop at the same batch and temperature (the "
-      f"isolated step timings below include per-call dispatch); "
-      f"theory = (1 - a^(g+1)) / ((1 - a)(g c + 1)) (Leviathan et al.: a "
-      f"(g+1)-token verifier block costs one step); theory_b = (1 - "
-      f"a^(g+1)) / ((1 - a)(g c + b)) with b the measured cost of that block "
-      f"over one verifier step.\n",
-      "| batch | c in the loop, by T | isolated 1-token steps: drafter / "
+      f"{args.new_tokens} new tokens (no EOS stop). Each speedup is the "
+      f"median over {args.repeats} repeats of the ratio of back-to-back "
+      f"timings (target-only, then the method); tokens/s is the method's "
+      f"median. alpha is solved from the block efficiency; c is "
+      f"drafter-only over target-only seconds per token in the same decode "
+      f"loop at the same batch and temperature; theory = (1 - a^(g+1)) / "
+      f"((1 - a)(g c + 1)) (Leviathan et al.: a (g+1)-token verifier block "
+      f"costs one step); theory_b = (1 - a^(g+1)) / ((1 - a)(g c + b)) with "
+      f"b the cost of that block over a 1-token verifier step, both timed "
+      f"in a jitted loop (median of back-to-back ratios).\n",
+      "| batch | c in the loop, by T | 1-token steps in a loop: drafter / "
       "verifier | b = block/step by gamma |", "|---|---|---|---|"]
   lines += [f"| {b} | " + ", ".join(
       f"T={t:g}: {x:.3f}" for t, x in v["c_loop"].items()) +
@@ -267,6 +322,15 @@ def main():
             f"{v['verifier_step_ms']:.2f} ms ({v['c']:.3f}) | " + ", ".join(
                 f"{g}: {x:.2f}" for g, x in v["block_over_step"].items())
             + " |" for b, v in costs.items()]
+  if 1 in costs and len(costs) > 1:
+    hi = max(costs)
+    growth = costs[hi]["verifier_step_ms"] / costs[1]["verifier_step_ms"]
+    lines += ["", f"A verifier step at batch {hi} costs {growth:.2f}x one at "
+              f"batch 1 ({hi}x the tokens). The theory's premise is a "
+              f"memory-bound verifier, where extra tokens per step are nearly "
+              f"free (growth ~1, b ~1); growth near {hi} means the verifier "
+              f"is compute-bound here and extra verified tokens cost almost "
+              f"their full price."]
   lines += ["", "| batch | T | gamma | method | tokens/s | speedup | accept "
             "rate | tokens/call | alpha | theory | measured/theory | "
             "theory_b | measured/theory_b |",

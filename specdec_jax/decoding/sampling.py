@@ -14,11 +14,13 @@ distribution that deferral rules use (App. C.1 of Faster Cascades).
 
 from __future__ import annotations
 
+import math
 from typing import Protocol
 
 import jax
 import jax.numpy as jnp
 from flax import struct
+from jax import lax
 
 
 def per_row(x: jax.Array, ndim: int) -> jax.Array:
@@ -33,9 +35,23 @@ def unscaled(logits: jax.Array) -> jax.Array:
   return jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
 
 
+def argmax(x: jax.Array) -> jax.Array:
+  """Index of the first maximum over the last axis: [..., V] -> [...] int32.
+
+  Same result as ``jnp.argmax`` on finite input, computed with two plain
+  reductions (max, then min over matching indices), which XLA:CPU vectorises;
+  its variadic arg-reduction is 3x slower on decode-sized vocabularies. A row
+  with a NaN yields V - 1 (NaN rows are flagged by the decode loop anyway).
+  """
+  v = x.shape[-1]
+  top = jnp.max(x, axis=-1, keepdims=True)
+  iota = lax.broadcasted_iota(jnp.int32, x.shape, x.ndim - 1)
+  return jnp.minimum(jnp.min(jnp.where(x == top, iota, v), axis=-1), v - 1)
+
+
 def _one_hot_argmax(logits: jax.Array) -> jax.Array:
-  return jax.nn.one_hot(jnp.argmax(logits, axis=-1), logits.shape[-1],
-                        dtype=jnp.float32)
+  iota = lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
+  return (iota == argmax(logits)[..., None]).astype(jnp.float32)
 
 
 def _tempered(logits: jax.Array, temperature) -> jax.Array:
@@ -163,6 +179,30 @@ class TopP:
       raise ValueError(f"top_p must be in (0, 1], got {p.tolist()}")
 
 
+def _block_size(v: int) -> int:
+  """Power of two near sqrt(v): the inner width of the two-level search."""
+  return max(4, 1 << max(0, round(math.log2(max(v, 1)) / 2)))
+
+
+def _first_above(cdf: jax.Array, mass: jax.Array, x: jax.Array) -> jax.Array:
+  """First index with positive mass whose prefix sum exceeds x, else the
+  last index with positive mass (rounding), else 0 (an all-zero row).
+
+  Args:
+    cdf: [B, N] prefix sums of ``mass``.
+    mass: [B, N] non-negative weights.
+    x: [B, 1] search values.
+
+  Returns:
+    [B] int32 indices.
+  """
+  n = mass.shape[-1]
+  iota = lax.broadcasted_iota(jnp.int32, mass.shape, 1)
+  first = jnp.min(jnp.where((cdf > x) & (mass > 0), iota, n), axis=-1)
+  last = jnp.max(jnp.where(mass > 0, iota, 0), axis=-1)
+  return jnp.where(first < n, first, last)
+
+
 def sample(key: jax.Array, dist: jax.Array) -> jax.Array:
   """Draws one token per row from an (unnormalised) distribution.
 
@@ -173,6 +213,14 @@ def sample(key: jax.Array, dist: jax.Array) -> jax.Array:
   case. One random number per row instead of one per vocabulary entry keeps
   sampling cheap next to the model calls.
 
+  The search is two-level so that no vocabulary-wide prefix sum is needed
+  (XLA:CPU lowers ``cumsum`` to a slow reduce-window): the vocabulary is cut
+  into blocks of about sqrt(V) entries; a prefix sum over the block masses
+  picks the block that holds ``x = u * total``, and a prefix sum inside that
+  block picks the token. Rounding can leave x past the last prefix sum; the
+  last block / entry with positive mass is taken then, and an entry
+  without mass is never taken even where rounding breaks monotonicity.
+
   Args:
     key: [B] typed PRNG keys, one per row.
     dist: [B, V] non-negative weights.
@@ -181,11 +229,18 @@ def sample(key: jax.Array, dist: jax.Array) -> jax.Array:
     [B] int32 token ids.
   """
   dist = jnp.maximum(dist.astype(jnp.float32), 0.0)
-  cdf = jnp.cumsum(dist, axis=-1)  # [B, V]
+  b, v = dist.shape
+  bs = _block_size(v)
+  padded = jnp.pad(dist, ((0, 0), (0, (-v) % bs)))
+  blocks = padded.reshape(b, -1, bs)  # [B, nb, bs]
+  mass = jnp.sum(blocks, axis=-1)  # [B, nb]
+  upto = jnp.cumsum(mass, axis=-1)  # [B, nb] inclusive block prefix sums
+  before = jnp.concatenate([jnp.zeros_like(upto[:, :1]), upto[:, :-1]], 1)
   u = jax.vmap(lambda k: jax.random.uniform(k, ()))(key)  # [B]
-  x = u[:, None] * cdf[:, -1:]  # [B, 1] in [0, total)
-  above = cdf > x
-  # Rounding can leave x >= cdf[-1]; fall back to the last positive entry.
-  last = dist.shape[-1] - 1 - jnp.argmax(dist[:, ::-1] > 0, axis=-1)
-  return jnp.where(jnp.any(above, axis=-1), jnp.argmax(above, axis=-1),
-                   last).astype(jnp.int32)
+  x = (u * upto[:, -1])[:, None]  # [B, 1] in [0, total)
+  blk = _first_above(upto, mass, x)  # before[blk] <= x < upto[blk]
+  inner = jnp.take_along_axis(blocks, blk[:, None, None], axis=1)[:, 0]
+  cdf = jnp.take_along_axis(before, blk[:, None], axis=1) + jnp.cumsum(
+      inner, axis=-1)  # [B, bs]
+  j = _first_above(cdf, inner, x)
+  return (blk * bs + j).astype(jnp.int32)

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from specdec_jax.decoding.sampling import argmax as sampling_argmax
 from specdec_jax.decoding.sampling import per_row
 
 
@@ -218,11 +219,11 @@ class LossyGreedy:
   def __call__(self, q, p, sq, sp):
     alpha = per_row(jnp.asarray(self.alpha, jnp.float32), p.ndim - 1)
     v = q.shape[-1]
-    draft = jnp.argmax(q, axis=-1)  # [B, K]
+    draft = sampling_argmax(q)  # [B, K]
     p_draft = jnp.take_along_axis(p, draft[..., None], axis=-1)[..., 0]
     ok = p_draft >= (1.0 - alpha) * jnp.max(p, axis=-1)  # [B, K]
     pi = jnp.where(ok[..., None], jax.nn.one_hot(draft, v),
-                   jax.nn.one_hot(jnp.argmax(p, axis=-1), v))
+                   jax.nn.one_hot(sampling_argmax(p), v))
     return pi, (~ok).astype(jnp.float32)
 
   def validate(self) -> None:
@@ -489,11 +490,11 @@ class BiLDRollback:
   def __call__(self, q, p, sq, sp):
     alpha = per_row(jnp.asarray(self.alpha, jnp.float32), p.ndim - 1)
     v = q.shape[-1]
-    draft = jnp.argmax(q, axis=-1)
+    draft = sampling_argmax(q)
     p_draft = jnp.take_along_axis(p, draft[..., None], axis=-1)[..., 0]
     ok = -jnp.log(jnp.maximum(p_draft, 1e-30)) <= alpha
     pi = jnp.where(ok[..., None], jax.nn.one_hot(draft, v),
-                   jax.nn.one_hot(jnp.argmax(p, axis=-1), v))
+                   jax.nn.one_hot(sampling_argmax(p), v))
     return pi, (~ok).astype(jnp.float32)
 
   def validate(self) -> None:
