@@ -50,6 +50,7 @@ class LoopProgram:
 
 
 _PROGRAMS: dict[Hashable, LoopProgram] = {}
+_JIT_KEYS: set[tuple[Hashable, tuple[type, ...]]] = set()
 
 
 def cached_program(key: Hashable, build: Callable[[], LoopProgram]):
@@ -68,8 +69,37 @@ def _whole(program: LoopProgram):
   return run
 
 
+def node_classes(tree) -> tuple[type, ...]:
+  """The classes of the dataclass nodes of ``tree``, in flatten order.
+
+  Part of every compiled program's cache key. ``jax.jit`` keys its own cache
+  on the argument's PyTreeDef, and for dataclass pytrees (``flax.struct``)
+  PyTreeDef equality ignores the node class: ``TokenV2(alpha=a)`` and
+  ``TokenV3(alpha=a)`` compare equal although their hashes differ. A lookup
+  whose hash happens to collide then silently reuses the executable traced
+  for the other class -- another method's program (seen in CI: TokenV3 ran
+  TokenV2's rule). One jitted callable per class signature rules that out.
+
+  Args:
+    tree: any pytree (here ``(q_params, p_params, batch)``).
+
+  Returns:
+    A hashable tuple of classes; leaves and plain containers are skipped.
+  """
+  classes = []
+
+  def visit(node):
+    if dataclasses.is_dataclass(node) and not isinstance(node, type):
+      classes.append(type(node))
+    return False
+
+  jax.tree_util.tree_flatten(tree, is_leaf=visit)
+  return tuple(classes)
+
+
 @functools.lru_cache(maxsize=None)
-def _single_device_jit(key):
+def _single_device_jit(key, classes):
+  del classes  # only keys the cache (see ``node_classes``)
   return jax.jit(_whole(_PROGRAMS[key]))
 
 
@@ -85,6 +115,7 @@ def clear_compiled() -> None:
   _single_device_jit.cache_clear()
   _sharded_jits.cache_clear()
   _PROGRAMS.clear()
+  _JIT_KEYS.clear()
   jax.clear_caches()
 
 
@@ -92,15 +123,18 @@ def compile_count(key: Hashable) -> int:
   """Executables compiled so far for the single-device program ``key``."""
   if key not in _PROGRAMS:
     return 0
-  return _single_device_jit(key)._cache_size()  # pylint: disable=protected-access
+  return sum(_single_device_jit(k, classes)._cache_size()  # pylint: disable=protected-access
+             for k, classes in _JIT_KEYS if k == key)
 
 
 def run_program(program: LoopProgram, args, mesh=None):
   """Runs ``program`` on ``args`` (on ``mesh`` when given)."""
   _PROGRAMS.setdefault(program.key, program)
+  classes = node_classes(args)
   if mesh is None:
-    return _single_device_jit(program.key)(args)
-  return _run_sharded(program, args, mesh)
+    _JIT_KEYS.add((program.key, classes))
+    return _single_device_jit(program.key, classes)(args)
+  return _run_sharded(program, args, mesh, classes)
 
 
 class _Frozen:
@@ -119,10 +153,13 @@ class _Frozen:
 
 
 @functools.lru_cache(maxsize=None)
-def _sharded_jits(key, args_sh: _Frozen, state_sh: _Frozen):
+def _sharded_jits(key, classes, args_sh: _Frozen, state_sh: _Frozen):
   """(init, loop, finish) jitted with explicit shardings; loop donates."""
+  del classes  # only keys the cache (see ``node_classes``)
   program = _PROGRAMS[key]
-  init = jax.jit(program.init, in_shardings=(args_sh.tree,),
+  # Fresh closures: jax also caches traces per wrapped function object, with
+  # the same class-blind PyTreeDef equality.
+  init = jax.jit(lambda args: program.init(args), in_shardings=(args_sh.tree,),
                  out_shardings=state_sh.tree)
 
   def loop(args, state):
@@ -131,15 +168,15 @@ def _sharded_jits(key, args_sh: _Frozen, state_sh: _Frozen):
 
   run = jax.jit(loop, in_shardings=(args_sh.tree, state_sh.tree),
                 out_shardings=state_sh.tree, donate_argnums=(1,))
-  return init, run, jax.jit(program.finish)
+  return init, run, jax.jit(lambda args, s: program.finish(args, s))
 
 
-def _run_sharded(program: LoopProgram, args, mesh):
+def _run_sharded(program: LoopProgram, args, mesh, classes):
   from specdec_jax import sharding  # pylint: disable=g-import-not-at-top
   args_sh = sharding.args_shardings(args, mesh)
   state_sh = sharding.state_shardings(jax.eval_shape(program.init, args),
                                       mesh)
-  init, run, finish = _sharded_jits(program.key, _Frozen(args_sh),
+  init, run, finish = _sharded_jits(program.key, classes, _Frozen(args_sh),
                                     _Frozen(state_sh))
   args = jax.device_put(args, args_sh)
   state = run(args, init(args))

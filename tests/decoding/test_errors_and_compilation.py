@@ -5,7 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec_jax import decoding, models
+from flax import struct
+
+from specdec_jax import decoding, models, sharding
 from specdec_jax.decoding import program, speculative
 from tests.decoding.pairs import tiny_pair
 
@@ -155,3 +157,73 @@ def test_seq_cascade_compiles_once_and_defers_per_row(pair):
   assert out.deferrals[0] == out.lengths[0] and out.deferrals[1] == 0
   assert again.deferrals[0] == 0 and again.deferrals[1] == again.lengths[1]
   assert out.verifier_calls[1] == 0 and out.verifier_calls[0] > 0
+
+
+def _same_shaped_classes(n):
+  """``n`` flax dataclasses with identical fields; ``value`` adds the index."""
+  def make(i):
+    @struct.dataclass
+    class Knob:
+      prompt: jax.Array  # [B, 1]
+
+      def value(self):
+        return self.prompt[:, 0] + i
+    Knob.__name__ = Knob.__qualname__ = f"Knob{i}"
+    return Knob
+  return [make(i) for i in range(n)]
+
+
+@struct.dataclass
+class _DoneState:
+  done: jax.Array  # [B] bool
+
+
+@pytest.mark.parametrize("use_mesh", [False, True])
+def test_same_shaped_method_classes_never_share_a_program(use_mesh):
+  """Regression: jax's PyTreeDef equality ignores dataclass node classes.
+
+  ``TokenV2(alpha=a)`` and ``TokenV3(alpha=a)`` have equal tree structures
+  but different hashes, so one ``jax.jit`` called with both could (when the
+  hashes met in its cache) run one class's executable for the other -- CI saw
+  TokenV3 return TokenV2's tokens. With 64 same-shaped classes through one
+  program key the old code returned another class's value for several of
+  them on every hash seed tried; now each class gets its own program.
+  """
+  classes = _same_shaped_classes(64)
+  prog = program.LoopProgram(
+      ("same-shaped-classes", use_mesh),
+      init=lambda a: _DoneState(done=a[2].prompt[:, 0] >= 0),
+      cond=lambda a, s: False, body=lambda a, s: s,
+      finish=lambda a, s: a[2].value())
+  mesh = sharding.make_mesh() if use_mesh else None
+  got = [int(program.run_program(
+      prog, ({}, {}, cls(jnp.zeros((1, 1), jnp.int32))), mesh)[0])
+         for cls in classes]
+  assert got == list(range(64))
+  assert program.node_classes((1, {"a": classes[3](1)}, [classes[5](2)])) == (
+      classes[3], classes[5])
+
+
+def test_token_v1_v2_v3_in_one_process_each_run_their_own_rule(pair):
+  """Same knobs and program key: each method's output is its own.
+
+  Each method alone (compiled caches cleared first) is the reference; then
+  all three run back to back through the shared program key.
+  """
+  d, v, qp, pp = pair
+  names = ("token_v1", "token_v2", "token_v3")
+
+  def run(name):
+    out = decoding.generate(
+        decoding.make_method(name, alpha=0.01), d, v, qp, pp,
+        [[2, 5, 6], [4, 9]], sampling=decoding.Temperature(1.0), gamma=3,
+        max_new_tokens=8, seeds=[1, 2])
+    return out.sequences(), out.accepted.tolist(), out.deferrals.tolist()
+
+  alone = {}
+  for name in names:
+    program.clear_compiled()
+    alone[name] = run(name)
+  assert len({repr(r) for r in alone.values()}) == 3  # the rules differ here
+  for name in names + names[::-1]:
+    assert run(name) == alone[name], name
