@@ -202,7 +202,7 @@ def paired(run, base, repeats):
   accepted = sum(int(x.accepted.sum()) for x in results)
   med = statistics.median(times)
   return dict(seconds=med, tokens=tokens, tokens_per_s=tokens / med,
-              block_efficiency=tokens / max(calls, 1),
+              block_efficiency=tokens / calls if calls else None,
               acceptance_rate=accepted / drafted if drafted else None
               ), statistics.median(ratios), statistics.median(base_times)
 
@@ -341,7 +341,7 @@ def main():
         f"| {r['batch']} | {r['temperature']:g} | {r['gamma'] or '-'} | "
         f"{r['method']} | {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | "
         f"{fmt('acceptance_rate', '{:.2f}')} | "
-        f"{r['block_efficiency']:.2f} | {fmt('alpha', '{:.2f}')} | "
+        f"{fmt('block_efficiency', '{:.2f}')} | {fmt('alpha', '{:.2f}')} | "
         f"{fmt('theory', '{:.2f}x')} | {fmt('measured_over_theory', '{:.2f}')}"
         f" | {fmt('theory_block', '{:.2f}x')} | "
         f"{fmt('measured_over_theory_block', '{:.2f}')} |")
