@@ -50,7 +50,8 @@ class LoopProgram:
 
 
 _PROGRAMS: dict[Hashable, LoopProgram] = {}
-_JIT_KEYS: set[tuple[Hashable, tuple[type, ...]]] = set()
+# (program key, node classes) -> jitted whole program (see ``node_classes``).
+_SINGLE_DEVICE: dict[tuple[Hashable, tuple[type, ...]], Callable] = {}
 
 
 def cached_program(key: Hashable, build: Callable[[], LoopProgram]):
@@ -97,10 +98,10 @@ def node_classes(tree) -> tuple[type, ...]:
   return tuple(classes)
 
 
-@functools.lru_cache(maxsize=None)
 def _single_device_jit(key, classes):
-  del classes  # only keys the cache (see ``node_classes``)
-  return jax.jit(_whole(_PROGRAMS[key]))
+  if (key, classes) not in _SINGLE_DEVICE:
+    _SINGLE_DEVICE[key, classes] = jax.jit(_whole(_PROGRAMS[key]))
+  return _SINGLE_DEVICE[key, classes]
 
 
 def clear_compiled() -> None:
@@ -112,19 +113,16 @@ def clear_compiled() -> None:
   allocate memory", then a crash). Call this between independent phases;
   later calls compile again (or read JAX's persistent cache when enabled).
   """
-  _single_device_jit.cache_clear()
+  _SINGLE_DEVICE.clear()
   _sharded_jits.cache_clear()
   _PROGRAMS.clear()
-  _JIT_KEYS.clear()
   jax.clear_caches()
 
 
 def compile_count(key: Hashable) -> int:
   """Executables compiled so far for the single-device program ``key``."""
-  if key not in _PROGRAMS:
-    return 0
-  return sum(_single_device_jit(k, classes)._cache_size()  # pylint: disable=protected-access
-             for k, classes in _JIT_KEYS if k == key)
+  return sum(jitted._cache_size()  # pylint: disable=protected-access
+             for (k, _), jitted in _SINGLE_DEVICE.items() if k == key)
 
 
 def run_program(program: LoopProgram, args, mesh=None):
@@ -132,7 +130,6 @@ def run_program(program: LoopProgram, args, mesh=None):
   _PROGRAMS.setdefault(program.key, program)
   classes = node_classes(args)
   if mesh is None:
-    _JIT_KEYS.add((program.key, classes))
     return _single_device_jit(program.key, classes)(args)
   return _run_sharded(program, args, mesh, classes)
 
