@@ -13,22 +13,14 @@ grids; the evaluation harness runs their product over a dataset. Names:
 
 import ml_collections
 
-# alpha grids per method (knob name -> values); methods without knobs: {}.
-_ALPHAS = {
-    "lossy": {"alpha": [0.1, 0.3, 0.5, 0.7, 0.9], "beta": [1.0]},
-    "lossy_tuned": {"alpha": [0.1, 0.3, 0.5, 0.7, 0.9]},
-    "chow": {"alpha": [0.1, 0.3, 0.5, 0.7, 0.9]},
-    "diff": {"alpha": [-0.2, 0.0, 0.1, 0.2, 0.4]},
-    "opt": {"alpha": [0.0, 0.2, 0.5, 1.0, 2.0]},
-    "token_v1": {"alpha": [0.0, 0.1, 0.2, 0.4, 0.6]},
-    "token_v2": {"alpha": [0.0, 0.1, 0.2, 0.4, 0.6]},
-    "token_v3": {"alpha": [0.1, 0.3, 0.5, 0.7, 0.9]},
-    "bild_star": {"alpha": [0.1, 0.2, 0.3, 0.5, 0.7]},
-    "bild": {"alpha_fallback": [0.3, 0.5, 0.7, 0.9], "alpha_rollback": [2.0]},
-    "token_cascade": {"alpha": [0.1, 0.3, 0.5, 0.7, 0.9]},
-    "seq_cascade": {"alpha": [0.1, 0.3, 0.5, 0.7, 0.9]},
-}
-_BASELINES = {"target_only": {}, "drafter_only": {}, "spec_decode": {}}
+from specdec_jax.decoding import registry
+
+# method -> {knob: values}: the paper-style grids of the method registry
+# (specdec_jax/decoding/registry.py); methods without knobs map to {}.
+_PAPER = {e.name: {k: list(v) for k, v in e.grid.items()}
+          for e in registry.ENTRIES if e.grid is not None}
+_BASELINES = {k: v for k, v in _PAPER.items() if not v}
+_ALPHAS = {k: v for k, v in _PAPER.items() if v}
 
 
 def _sweep(methods, temperatures, gammas, top_p=(None,), num_examples=500,

@@ -17,6 +17,7 @@ host 0 writes results.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import re
@@ -53,18 +54,23 @@ _DISTRIBUTED = flags.DEFINE_enum(
 ModelSpec = gin.external_configurable(runs.ModelSpec, "ModelSpec")
 
 
-@gin.configurable
-def method_spec(name: str = gin.REQUIRED, alpha=None, beta=None,
-                alpha_fallback=None, alpha_rollback=None, chunk=None):
-  """A decoding method by name with its knobs (see decoding.METHODS).
+def _method_spec(name: str = gin.REQUIRED, **knobs):
+  """A decoding method by name with its knobs (see decoding.REGISTRY).
 
-  The knobs are explicit parameters so that gin rejects a misspelled one at
-  parse time, naming the file and line.
+  The knobs are explicit parameters (the union of every registry row's
+  knobs, generated below) so that gin rejects a misspelled one at parse
+  time, naming the file and line; unset knobs keep the method's defaults.
   """
-  knobs = dict(alpha=alpha, beta=beta, alpha_fallback=alpha_fallback,
-               alpha_rollback=alpha_rollback, chunk=chunk)
   return decoding.make_method(name, **{k: v for k, v in knobs.items()
                                        if v is not None})
+
+
+_method_spec.__signature__ = inspect.Signature(
+    [inspect.Parameter("name", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                       default=gin.REQUIRED)] +
+    [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=None)
+     for k in decoding.registry.KNOB_NAMES])
+method_spec = gin.configurable("method_spec")(_method_spec)
 
 
 @gin.configurable

@@ -196,19 +196,19 @@ def batch_sharding(x, mesh: Mesh, batch: int) -> NamedSharding:
 
 
 def args_shardings(args, mesh: Mesh):
-  """Shardings of decode ``args = (q_params, p_params, batch)``."""
-  q_params, p_params, batch = args
+  """Shardings of decode ``args = (params, batch)``: one parameter tree per
+  level of the stack (None for a level the method does not run), then the
+  batch (rows over 'data')."""
+  params, batch = args
   b = batch.prompt.shape[0]
-  return (param_shardings(q_params, mesh) if q_params else q_params,
-          param_shardings(p_params, mesh) if p_params else p_params,
+  return (tuple(param_shardings(p, mesh) if p else p for p in params),
           jax.tree.map(lambda x: batch_sharding(x, mesh, b), batch))
 
 
-def state_shardings(state, mesh: Mesh):
-  """Shardings of a decode-loop state (KV caches by their logical axes,
-  per-row fields over 'data', scalars replicated)."""
+def state_shardings(state, mesh: Mesh, batch: int):
+  """Shardings of a decode-loop state: KV caches by their logical axes,
+  per-row fields ([batch, ...]) over 'data', scalars replicated."""
   from specdec_jax.models.cache import KVCache  # pylint: disable=g-import-not-at-top
-  batch = _batch_size(state)
 
   def one(x):
     if isinstance(x, KVCache):
@@ -216,12 +216,3 @@ def state_shardings(state, mesh: Mesh):
     return batch_sharding(x, mesh, batch)
 
   return jax.tree.map(one, state, is_leaf=lambda x: isinstance(x, KVCache))
-
-
-def _batch_size(state) -> int:
-  """The batch size of a loop state: the length of its ``done`` flags."""
-  for node in (state, getattr(state, "ar", None)):
-    if node is not None and hasattr(node, "done"):
-      return int(node.done.shape[0])
-  raise ValueError("cannot find the batch size of this loop state (no "
-                   "'done' field)")

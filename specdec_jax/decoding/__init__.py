@@ -1,27 +1,38 @@
 """Model-agnostic decoding: samplers, targets T(q, p), loops and the API.
 
 Nothing here imports a model family; models are reached only through the
-decode interface (``specdec_jax.models.interface``).
+decode interface (``specdec_jax.models.interface``). Layout:
+
+    api.py, inputs.py     generate() and its host-side input checks
+    registry.py           the ONE table of methods (names, knobs, labels, grids)
+    methods.py            method = static rule + traced knobs -> loop program
+    rules/                sampling transforms, targets T(q, p), cascades, keys
+    verify/               draft topologies and the verification kernels
+    loops/                loop state, drafting, speculative and sequential loops,
+                          the compile-and-run drivers
 """
 
 from specdec_jax.decoding.api import DecodeResult, generate
-from specdec_jax.decoding.kernel import BlockResult, verify_block
-from specdec_jax.decoding.methods import (METHODS, BiLD, DrafterOnly,
-                                          OracleCascade, SeqCascade,
-                                          Speculative, TargetOnly,
-                                          TokenCascade, make_method)
-from specdec_jax.decoding.program import clear_compiled
-from specdec_jax.decoding.sampling import (Greedy, Temperature, TopK, TopP,
-                                           sample)
-from specdec_jax.decoding.targets import (OPT, BiLDRollback, BiLDStar, Chow,
-                                          Diff, Lossy, LossyGreedy,
-                                          SpecDecode, TokenV1, TokenV2,
-                                          TokenV3, effective)
+from specdec_jax.decoding.loops.program import clear_compiled
+from specdec_jax.decoding.methods import (BiLD, DrafterOnly, OracleCascade,
+                                          SeqCascade, Speculative, TargetOnly,
+                                          TokenCascade)
+from specdec_jax.decoding.registry import METHODS, REGISTRY, make_method
+from specdec_jax.decoding.rules.cascades import (OPT, BiLDStar, Chow, Diff,
+                                                 TokenV1, TokenV2, TokenV3)
+from specdec_jax.decoding.rules.sampling import (Greedy, Temperature, TopK,
+                                                 TopP, sample)
+from specdec_jax.decoding.rules.targets import (BiLDRollback, Lossy,
+                                                LossyGreedy, SpecDecode,
+                                                effective)
+from specdec_jax.decoding.verify.chain import BlockResult, verify_block
+from specdec_jax.decoding.verify.topology import Topology
 
 __all__ = [
     "BiLD", "BiLDRollback", "BiLDStar", "BlockResult", "Chow", "DecodeResult",
     "Diff", "DrafterOnly", "Greedy", "Lossy", "LossyGreedy", "METHODS", "OPT",
-    "OracleCascade", "SeqCascade", "SpecDecode", "Speculative", "TargetOnly",
-    "Temperature", "TokenCascade", "TokenV1", "TokenV2", "TokenV3", "TopK",
-    "TopP", "clear_compiled", "effective", "generate", "make_method", "sample", "verify_block",
+    "OracleCascade", "REGISTRY", "SeqCascade", "SpecDecode", "Speculative",
+    "TargetOnly", "Temperature", "TokenCascade", "TokenV1", "TokenV2",
+    "TokenV3", "TopK", "TopP", "Topology", "clear_compiled", "effective",
+    "generate", "make_method", "sample", "verify_block",
 ]

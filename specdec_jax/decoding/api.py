@@ -9,27 +9,31 @@
         max_new_tokens=64, seeds=0)
     out.sequences(), out.acceptance_rate, out.block_efficiency
 
-Inputs are checked on the host before anything is traced, so bad input gives
-a ``ValueError`` naming the problem, never an XLA crash. Prompt widths are
-padded to a multiple of ``PAD_TO`` so new prompts reuse compiled programs;
-knobs (alpha, beta, temperature, top-p, seeds) are traced and never recompile.
+The decode path of a call: inputs are checked and padded on the host
+(``inputs.py``) into a :class:`Batch` (arrays and per-row knob dicts) and a
+static :class:`LoopConfig`; the method RETURNS its loop program
+(``method.program(models, cfg)``, ``methods.py``); ``run_program`` compiles
+it once per key and runs it (``loops/program.py``). Prompt widths are padded
+to a multiple of ``PAD_TO`` so new prompts reuse compiled programs; knobs
+(alpha, beta, temperature, top-p, seeds) are traced and never recompile.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from specdec_jax.decoding import sampling as sampling_lib
-from specdec_jax.decoding.speculative import LoopConfig, capacity
-from specdec_jax.decoding.state import Batch, Request
-from specdec_jax.models.interface import check_tokens
+from specdec_jax.decoding import inputs as inputs_lib
+from specdec_jax.decoding.loops.program import run_program
+from specdec_jax.decoding.loops.state import LoopConfig, Request, capacity
+from specdec_jax.decoding.rules import sampling as sampling_lib
+from specdec_jax.decoding.verify.topology import Topology
 
-PAD_TO = 16
+PAD_TO = inputs_lib.PAD_TO
 
 
 @dataclasses.dataclass
@@ -40,9 +44,19 @@ class DecodeResult:
     tokens: [B, max_new_tokens] int32 generated ids, ``pad_id`` after the end
       (an EOS, when hit, is included).
     lengths: [B] number of generated tokens.
-    drafted, accepted, verifier_calls, drafter_calls: [B] int counters.
+    drafted, accepted: [B] draft tokens proposed to / accepted by the
+      verifier (the top level).
+    verifier_calls: [B] calls of the verifier (the top level).
+    drafter_calls: [B] calls of every model below it.
     deferrals: [B] float summed deferral mass.
     finite: [B] bool, False where a NaN/inf logit was met.
+    calls, level_drafted, level_accepted: [B, K] the same counters per
+      level of the stack (cheapest first; K = 2 for a drafter/verifier pair).
+    trace: per-block trace (``return_trace=True``), else None: a dict of
+      ``drafts`` [B, blocks, gamma], ``accept`` [B, blocks, gamma] bool (the
+      accept test of every draft), ``accepted`` [B, blocks] (leading drafts
+      kept; -1 where the row ran no such block) and ``token`` [B, blocks]
+      (the residual or bonus token emitted after them).
   """
 
   tokens: np.ndarray
@@ -53,6 +67,10 @@ class DecodeResult:
   drafter_calls: np.ndarray
   deferrals: np.ndarray
   finite: np.ndarray
+  calls: np.ndarray | None = None
+  level_drafted: np.ndarray | None = None
+  level_accepted: np.ndarray | None = None
+  trace: dict | None = None
 
   def sequences(self) -> list[list[int]]:
     """Generated tokens of each row, without padding."""
@@ -81,6 +99,11 @@ class DecodeResult:
     n = self.lengths.sum()
     return float(self.deferrals.sum() / n) if n else float("nan")
 
+  def level_acceptance(self) -> list[float]:
+    """Acceptance rate of each level over the level below (level 0: nan)."""
+    d, a = self.level_drafted.sum(0), self.level_accepted.sum(0)
+    return [float(x / y) if y else float("nan") for x, y in zip(a, d)]
+
   def summary(self) -> dict[str, float]:
     """Aggregates as a flat dict (for JSONL / tables)."""
     return dict(tokens=int(self.lengths.sum()),
@@ -100,112 +123,76 @@ class DecodeResult:
                 mean_accepted_length=float(self.mean_accepted_length[i]))
 
 
-def _pad_ragged(rows, width_multiple: int, what: str, pad: int = 0,
-                min_width: int = 1):
-  """list of token lists or a 2-D array -> ([B, W] int32, lengths [B]).
+def result(out, batch: int, width: int) -> DecodeResult:
+  """DecodeResult of a LoopOutput (device arrays) for the first ``batch``
+  rows (the rest is mesh padding)."""
+  out = jax.tree.map(lambda x: np.asarray(inputs_lib.gather(x))[:batch], out)
+  stack = lambda f: np.stack([getattr(lv, f) for lv in out.levels], axis=1)
+  calls = stack("calls")  # [B, K]
+  trace = None
+  if out.trace is not None:
+    blocks = max(1, int(out.levels[-1].calls.max()))
+    trace = {f.name: getattr(out.trace, f.name)[:, :blocks]
+             for f in dataclasses.fields(out.trace)}
+  return DecodeResult(
+      tokens=out.tokens[:, :width], lengths=out.num_out,
+      drafted=out.levels[-1].drafted, accepted=out.levels[-1].accepted,
+      verifier_calls=calls[:, -1], drafter_calls=calls[:, :-1].sum(1),
+      deferrals=out.deferrals, finite=out.finite, calls=calls,
+      level_drafted=stack("drafted"), level_accepted=stack("accepted"),
+      trace=trace)
 
-  W is the longest row (at least ``min_width``) rounded up to a multiple of
-  ``width_multiple``.
+
+def _available_bytes() -> int | None:
+  """Memory a decode may use on the default device (None: unknown)."""
+  dev = jax.devices()[0]
+  stats = getattr(dev, "memory_stats", lambda: None)()
+  if stats and "bytes_limit" in stats:
+    return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+  try:
+    with open("/proc/meminfo") as f:
+      for line in f:
+        if line.startswith("MemAvailable:"):
+          return int(line.split()[1]) * 1024
+  except OSError:
+    pass
+  return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") if (
+      hasattr(os, "sysconf")) else None
+
+
+# (program key, argument shapes) -> bytes of the loop state.
+_STATE_BYTES: dict[tuple, int] = {}
+
+
+def _state_bytes(program, args) -> int:
+  leaves, treedef = jax.tree.flatten(args)
+  sig = (program.key, treedef, tuple((np.shape(x), str(np.asarray(
+      x).dtype) if not hasattr(x, "dtype") else str(x.dtype))
+                                     for x in leaves))
+  if sig not in _STATE_BYTES:
+    state = jax.eval_shape(program.init, args)
+    _STATE_BYTES[sig] = sum(int(np.prod(x.shape)) * x.dtype.itemsize
+                            for x in jax.tree.leaves(state))
+  return _STATE_BYTES[sig]
+
+
+def check_memory(program, args, mesh=None) -> None:
+  """Raises ValueError when the loop state cannot fit in memory.
+
+  The state (KV caches of every level, token buffers) is sized with
+  ``jax.eval_shape`` of the program's init, before anything is allocated,
+  so a budget beyond the memory is a clear error, not an allocation crash.
   """
-  if isinstance(rows, (np.ndarray, jax.Array)):
-    arr = np.asarray(rows)
-    if arr.ndim != 2:
-      raise ValueError(f"{what} must be a list of token lists or a [batch, "
-                       f"length] array, got shape {arr.shape}")
-    lengths = np.full((arr.shape[0],), arr.shape[1], np.int32)
-    rows = [list(r) for r in arr]
-  else:
-    rows = [list(r) for r in rows]
-    lengths = np.array([len(r) for r in rows], np.int32)
-  if not rows:
-    raise ValueError(f"{what} is empty: pass at least one row")
-  width = max(1, min_width, int(lengths.max()))
-  width = -(-width // width_multiple) * width_multiple
-  out = np.full((len(rows), width), pad, np.int64)
-  for i, r in enumerate(rows):
-    if r:
-      out[i, :len(r)] = np.asarray(r, np.int64)
-  return out, lengths
-
-
-# Knobs that are integers; every other knob is float32.
-_INT_KNOBS = ("k",)
-
-
-def per_row_tree(tree, batch: int, what: str):
-  """Broadcasts every knob leaf of a pytree to a canonical [batch] array.
-
-  Canonical dtypes (float32, int32 for top-k; never weakly typed) make knob
-  values of any Python or numpy type hit the same compiled program.
-  """
-
-  def fix(path, x):
-    name = getattr(path[-1], "name", None) if path else None
-    dtype = jnp.int32 if name in _INT_KNOBS else jnp.float32
-    arr = jnp.asarray(np.asarray(x), dtype)
-    if arr.ndim == 0:
-      return jnp.broadcast_to(arr, (batch,))
-    if arr.shape != (batch,):
-      raise ValueError(f"{what} knob '{name}' has shape {arr.shape}; use a "
-                       f"scalar or one value per row, shape ({batch},)")
-    return arr
-
-  # A list / tuple knob ([0.1, 0.5]) is one per-row value, not a subtree.
-  is_knob = lambda x: isinstance(x, (list, tuple)) and all(
-      isinstance(e, (int, float, np.number)) for e in x)
-  return jax.tree_util.tree_map_with_path(fix, tree, is_leaf=is_knob)
-
-
-def data_parallelism(mesh) -> int:
-  """Number of batch shards of ``mesh`` (its 'data' axis size)."""
-  return int(dict(mesh.shape).get("data", 1))
-
-
-def pad_batch(batch: Batch, multiple: int) -> Batch:
-  """Pads the rows of ``batch`` to a multiple of ``multiple``.
-
-  Padding rows are inert copies of row 0 with ``max_new_tokens = 0``: they
-  are finished before the first step, and their knobs are valid values (a
-  padded temperature of -1 would flip logits, a classic sharding bug).
-  """
-  b = batch.prompt.shape[0]
-  extra = -b % multiple
-  if not extra:
-    return batch
-  pad = lambda x: jnp.concatenate(
-      [x, jnp.broadcast_to(x[:1], (extra,) + x.shape[1:])], axis=0)
-  padded = jax.tree.map(pad, batch)
-  mnt = padded.req.max_new_tokens.at[b:].set(0)
-  ids = padded.req.request_id.at[b:].set(-1)
-  return padded.replace(req=padded.req.replace(max_new_tokens=mnt,
-                                               request_id=ids))
-
-
-def gather(x):
-  """A (possibly multi-host sharded) array as one host numpy array."""
-  if isinstance(x, jax.Array) and not x.is_fully_addressable:
-    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
-    return multihost_utils.process_allgather(x, tiled=True)
-  return jax.device_get(x)
-
-
-def check_vocab(drafter, verifier) -> None:
-  if drafter.vocab_size != verifier.vocab_size:
+  need = _state_bytes(program, args)
+  have = _available_bytes()
+  devices = 1 if mesh is None else mesh.devices.size
+  if have is not None and need > have * devices:
+    b, p = args[1].prompt.shape
     raise ValueError(
-        f"drafter and verifier vocabularies differ ({drafter.vocab_size} vs "
-        f"{verifier.vocab_size} ids): speculative decoding compares their "
-        f"distributions token by token, so both must use the same tokenizer "
-        f"and embedding size")
-  if drafter.is_encoder_decoder != verifier.is_encoder_decoder:
-    raise ValueError("drafter and verifier must both be encoder-decoder or "
-                     "both decoder-only models")
-
-
-def is_greedy(strategy) -> bool:
-  if isinstance(strategy, sampling_lib.Greedy):
-    return True
-  t = getattr(strategy, "temperature", None)
-  return t is not None and bool(jnp.all(jnp.asarray(t) == 0))
+        f"this decode needs {need / 2**30:.2f} GiB for its KV caches and "
+        f"buffers (batch {b}, prompt width {p}, max_new_tokens and the draft "
+        f"block per row), more than the {have * devices / 2**30:.2f} GiB "
+        f"available; lower max_new_tokens, the prompt length or the batch")
 
 
 def generate(method, drafter, verifier, q_params, p_params, prompts=None, *,
@@ -214,8 +201,9 @@ def generate(method, drafter, verifier, q_params, p_params, prompts=None, *,
              request_ids=None, eos_id: int | None | str = "auto",
              pad_id: int = 0, max_cache_length: int | None = None,
              on_nonfinite: str = "raise", mesh=None,
-             pad_to: int | None = None) -> DecodeResult:
-  """Decodes a batch with ``method`` (see ``methods.py``).
+             pad_to: int | None = None,
+             return_trace: bool = False) -> DecodeResult:
+  """Decodes a batch with ``method`` (see ``registry.py``).
 
   Args:
     method: a method object (``make_method(name, **knobs)``).
@@ -223,135 +211,85 @@ def generate(method, drafter, verifier, q_params, p_params, prompts=None, *,
     verifier: the large model p (DecodeModel).
     q_params, p_params: their parameters.
     prompts: decoder-side prompts, a list of token lists (ragged) or a
-      [B, P] array; every row needs >= 1 token (e.g. BOS). For
-      encoder-decoder models the default is the decoder start token alone.
+      [B, P] array of integer ids; every row needs >= 1 token (e.g. BOS).
+      For encoder-decoder models the default is the decoder start token.
     inputs: encoder inputs (encoder-decoder models only), ragged list or
       [B, S] array padded with 0.
     sampling: a sampling strategy (Greedy, Temperature, TopK, TopP); default
       greedy.
     gamma: draft block size, >= 1.
     max_new_tokens: int or per-row list, >= 0.
-    seeds: int or per-row list of seeds.
-    request_ids: per-row ids (default 0..B-1). The same (seed, request id,
-      prompt) gives the same tokens in any batch.
+    seeds: int or per-row list of seeds in [0, 2**32).
+    request_ids: per-row ids; by default each row's id is a hash of its
+      own tokens (and of its occurrence among identical requests of the
+      call, see ``inputs.default_request_ids``). The same (seed, request
+      id) gives the same tokens in any batch, padding or mesh.
     eos_id: stop token; 'auto' uses the verifier's, None never stops early.
     pad_id: filler after the end of each row.
     max_cache_length: optional bound on cache slots; a request that needs
       more (prompt + max_new_tokens + gamma + 2) is rejected.
     on_nonfinite: 'raise' (default) raises on NaN/inf logits; 'return'
       returns the result with ``finite`` flags instead.
-    pad_to: optional minimum padded width of prompts and inputs. Rows are
-      right-padded anyway (each keeps its own length, so padding never
-      changes the output); a common width lets calls with differently long
-      prompts share one compiled program.
     mesh: optional ``jax.sharding.Mesh`` (``specdec_jax.sharding.make_mesh``):
       parameters, caches and batch rows are partitioned by the logical-axis
       rules; the batch is padded with inert rows to a multiple of the data
       axis. Results are identical to the single-device run.
+    pad_to: optional minimum padded width of prompts and inputs. Rows are
+      right-padded anyway (each keeps its own length, so padding never
+      changes the output); a common width lets calls with differently long
+      prompts share one compiled program.
+    return_trace: also return per-block drafts, accept tests and emitted
+      tokens (speculative methods; off by default, so the hot path is
+      unchanged).
 
   Returns:
     DecodeResult.
   """
-  if isinstance(gamma, bool) or not isinstance(gamma, (int, np.integer)) or (
-      gamma < 1):
-    raise ValueError(f"gamma must be an integer >= 1, got {gamma!r}")
   if on_nonfinite not in ("raise", "return"):
     raise ValueError(f"on_nonfinite must be 'raise' or 'return', got "
                      f"{on_nonfinite!r}")
-  if not hasattr(method, "run"):
-    raise ValueError(f"method must be a decoding method object (see "
-                     f"decoding.make_method), got {type(method).__name__}")
-  if method.uses_drafter:
-    check_vocab(drafter, verifier)
-  encdec = verifier.is_encoder_decoder
-
-  if encdec:
-    if inputs is None:
-      raise ValueError("encoder-decoder models need inputs= (the source "
-                       "token ids)")
-    inp, _ = _pad_ragged(inputs, PAD_TO, "inputs", min_width=pad_to or 1)
-    batch = inp.shape[0]
-    if prompts is None:
-      start = getattr(verifier.config, "decoder_start_id", 0)
-      prompts = [[start]] * batch
-  else:
-    if inputs is not None:
-      raise ValueError("decoder-only models take no inputs=; put the text in "
-                       "prompts=")
-    if prompts is None:
-      raise ValueError("prompts= is required for decoder-only models")
-    inp = None
-  prompt, plen = _pad_ragged(
-      prompts, PAD_TO, "prompts",
-      min_width=1 if encdec else (pad_to or 1))
+  topology = Topology.chain(gamma)
+  strategy = sampling_lib.Greedy() if sampling is None else sampling
+  inputs_lib.check_method(method, strategy)
+  if return_trace and not getattr(method, "traces", False):
+    raise ValueError(f"return_trace=True records draft blocks; "
+                     f"{type(method).__name__} drafts none (use a "
+                     f"speculative method)")
+  inputs_lib.check_models(method, drafter, verifier)
+  prompt, plen, inp = inputs_lib.prompts_and_inputs(verifier, prompts,
+                                                    inputs, pad_to)
   batch = prompt.shape[0]
-  if inp is not None and inp.shape[0] != batch:
-    raise ValueError(f"inputs have {inp.shape[0]} rows but prompts have "
-                     f"{batch}")
-  if int(plen.min()) < 1:
-    row = int(plen.argmin())
-    raise ValueError(f"prompt of row {row} is empty; every row needs at least "
-                     f"one token (BOS / decoder start)")
-  vocab = verifier.vocab_size
-  check_tokens(prompt, vocab, "prompts")
-  if inp is not None:
-    check_tokens(inp, vocab, "inputs")
-
-  max_new = np.broadcast_to(np.asarray(max_new_tokens), (batch,))
-  if not np.issubdtype(max_new.dtype, np.integer) or int(max_new.min()) < 0:
-    raise ValueError(f"max_new_tokens must be integers >= 0, got "
-                     f"{np.asarray(max_new_tokens).tolist()}")
+  max_new = inputs_lib.check_max_new(max_new_tokens, batch)
   buf = max(1, int(max_new.max()))
   if eos_id == "auto":
     eos_id = getattr(verifier, "eos_id", None)
-  cfg = LoopConfig(gamma=int(gamma), max_new=buf, eos_id=eos_id,
-                   pad_id=pad_id)
+  cfg = LoopConfig(topology=topology, max_new=buf, eos_id=eos_id,
+                   pad_id=pad_id, sampling=inputs_lib.sampling_static(
+                       strategy), trace=bool(return_trace))
   need = capacity(prompt.shape[1], cfg)
   if max_cache_length is not None and need > max_cache_length:
     raise ValueError(
         f"prompt ({prompt.shape[1]} padded) + max_new_tokens ({buf}) + gamma "
         f"+ 2 = {need} cache slots exceed max_cache_length "
         f"({max_cache_length}); shorten the prompt or max_new_tokens")
-
-  strategy = sampling_lib.Greedy() if sampling is None else sampling
-  if not hasattr(strategy, "probs"):
-    raise ValueError(f"sampling must be a strategy (Greedy, Temperature, TopK, "
-                     f"TopP), got {type(strategy).__name__}")
-  strategy.validate()
-  method.validate()
-  if method.greedy_only and not is_greedy(strategy):
-    name = type(getattr(method, "target", method)).__name__
-    raise ValueError(f"{name} is a greedy method; use "
-                     f"sampling=Greedy() or temperature 0 (for sampling, "
-                     f"TokenV3 generalises LossyGreedy)")
-  strategy = per_row_tree(strategy, batch, "sampling")
-  method = per_row_tree(method, batch, "method")
-
-  ids = np.arange(batch) if request_ids is None else np.asarray(request_ids)
-  seeds = np.broadcast_to(np.asarray(seeds), (batch,))
-  if ids.shape != (batch,):
-    raise ValueError(f"request_ids must have one id per row ({batch}), got "
-                     f"shape {ids.shape}")
-  req = Request(seed=jnp.asarray(seeds.astype(np.uint32)),
-                request_id=jnp.asarray(ids.astype(np.int32)),
-                max_new_tokens=jnp.asarray(max_new.astype(np.int32)))
-  batch_in = Batch(prompt=jnp.asarray(prompt, jnp.int32),
-                   prompt_len=jnp.asarray(plen),
-                   inputs=None if inp is None else jnp.asarray(inp, jnp.int32),
-                   req=req, strategy=strategy, method=method)
+  if need >= inputs_lib.MAX_POSITIONS:
+    raise ValueError(f"prompt + max_new_tokens needs {need} cache slots; "
+                     f"positions are int32, ask for fewer tokens")
+  seeds = inputs_lib.check_seeds(seeds, batch)
+  req = Request(
+      seed=seeds, request_id=inputs_lib.request_ids(request_ids, prompt,
+                                                    plen, inp, seeds),
+      max_new_tokens=np.asarray(max_new.astype(np.int32)))
+  batch_in = inputs_lib.make_batch(prompt, plen, inp, jax.tree.map(
+      jax.numpy.asarray, req), strategy, method)
   if mesh is not None:
-    batch_in = pad_batch(batch_in, data_parallelism(mesh))
-  out = batch_in.method.run(drafter, verifier, q_params, p_params, batch_in,
-                            cfg, mesh)
-  out = jax.tree.map(lambda x: np.asarray(gather(x))[:batch], out)
-  res = DecodeResult(
-      tokens=out.tokens[:, :buf], lengths=out.num_out,
-      drafted=np.asarray(out.stats.drafted),
-      accepted=np.asarray(out.stats.accepted),
-      verifier_calls=np.asarray(out.stats.verifier_calls),
-      drafter_calls=np.asarray(out.stats.drafter_calls),
-      deferrals=np.asarray(out.stats.deferrals),
-      finite=np.asarray(out.finite))
+    batch_in = inputs_lib.pad_batch(batch_in,
+                                    inputs_lib.data_parallelism(mesh))
+  models = (drafter, verifier)
+  program = method.program(models, cfg)
+  args = ((q_params, p_params), batch_in)
+  check_memory(program, args, mesh)
+  res = result(run_program(program, args, mesh), batch, buf)
   if on_nonfinite == "raise" and not res.finite.all():
     rows = np.nonzero(~res.finite)[0].tolist()
     raise FloatingPointError(

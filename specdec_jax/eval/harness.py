@@ -45,16 +45,17 @@ import numpy as np
 
 from specdec_jax import decoding
 from specdec_jax.decoding import api as decoding_api
+from specdec_jax.decoding import inputs as decoding_inputs
+from specdec_jax.decoding import registry
 
 # Methods whose output and cost do not depend on gamma (no draft block);
 # their configs store gamma=0 so a gamma sweep runs them once.
-NO_GAMMA = frozenset({"target_only", "drafter_only", "token_cascade",
-                      "seq_cascade", "oracle_diff", "oracle_opt"})
+NO_GAMMA = frozenset(e.name for e in registry.ENTRIES if not e.needs_gamma)
 
 
 def is_greedy_only(method: str) -> bool:
   """True for methods that only run at temperature 0 (BiLD, LossyGreedy)."""
-  return bool(decoding.make_method(method).greedy_only)
+  return registry.get(method).greedy_only
 
 
 def _canonical_knob(method: str, name: str, value):
@@ -70,9 +71,7 @@ def _canonical_knob(method: str, name: str, value):
     raise ValueError(f"knob {name!r} of {method} must be a number or a "
                      f"string, got {value!r}; sweep knobs by listing one "
                      f"config per value")
-  obj = decoding.make_method(method)
-  default = getattr(obj, name, getattr(getattr(obj, "target", None), name,
-                                       None))
+  default = registry.get(method).defaults.get(name)
   if isinstance(default, int) and not isinstance(default, bool):
     if not float(value).is_integer():
       raise ValueError(f"knob {name!r} of {method} must be an integer, got "
@@ -418,13 +417,15 @@ def _batches(todo, size):
     yield todo[i:i + size]
 
 
-def _program(pair: Pair, cfg: RunConfig, method, batch: int, max_new: int,
+def _program(pair: Pair, cfg: RunConfig, batch: int, max_new: int,
              width: int):
-  """What decides the compiled program (knob and seed values do not)."""
-  import jax  # pylint: disable=g-import-not-at-top
-  return (pair.name, str(jax.tree_util.tree_structure(method)),
-          type(cfg.sampling()).__name__, max(cfg.gamma, 1), max_new, batch,
-          width)
+  """What decides the compiled program (knob and seed values do not): the
+  method's static rule (its registry name and static options), the sampling
+  class (Greedy runs as Temperature(0)) and the shapes."""
+  static = tuple((k, v) for k, v in cfg.knobs if isinstance(v, str))
+  return (pair.name, cfg.method, static,
+          decoding_inputs.sampling_static(cfg.sampling()),
+          max(cfg.gamma, 1), max_new, batch, width)
 
 
 def _timed(call: dict, repeats: int, clock):
@@ -522,7 +523,7 @@ def run(pair: Pair, configs: Iterable[RunConfig],
                       seeds=cfg.seed,
                       request_ids=[request_id(ids[i]) for i in chunk],
                       pad_to=width, **kwargs)
-          prog = _program(pair, cfg, method, len(chunk), max_new, width)
+          prog = _program(pair, cfg, len(chunk), max_new, width)
           if warmup and prog not in warm:
             stats.warmup_s += _timed(call, 1, clock)[1][0]
             stats.warmups += 1

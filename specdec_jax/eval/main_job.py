@@ -40,31 +40,19 @@ import sys
 import time
 from typing import Callable, Mapping, Sequence
 
+from specdec_jax.decoding import registry
 from specdec_jax.eval import harness, plots, report
 
 DEFAULT_PAIRS = ("t5_docstring", "gemma_completion")
 DEFAULT_NUM_EXAMPLES = 32
 
-# method -> {knob: values}. Small knob grids that span "close to the
-# verifier" to "close to the drafter" for each rule (see targets.py for the
-# knobs' meaning). At temperature 0 Lossy's alpha has no effect (App. C.1).
+# method -> {knob: values}: small knob grids that span "close to the
+# verifier" to "close to the drafter" for each rule (the ``main_grid`` of
+# every method registry row). At temperature 0 Lossy's alpha has no effect
+# (App. C.1).
 DEFAULT_GRID: dict[str, dict[str, list[float]]] = {
-    "target_only": {},
-    "drafter_only": {},
-    "spec_decode": {},
-    "lossy": {"alpha": [0.2, 0.5, 0.8]},
-    "lossy_tuned": {"alpha": [0.2, 0.5, 0.8]},
-    "bild": {"alpha_rollback": [0.5, 1.5, 4.0]},
-    "bild_star": {"alpha": [0.2, 0.4, 0.7]},
-    "chow": {"alpha": [0.1, 0.3, 0.6]},
-    "diff": {"alpha": [0.0, 0.2, 0.4]},
-    "opt": {"alpha": [0.0, 1.0, 3.0]},
-    "token_v1": {"alpha": [0.0, 0.2, 0.4]},
-    "token_v2": {"alpha": [0.0, 0.2, 0.4]},
-    "token_v3": {"alpha": [0.2, 0.5, 0.8]},
-    "token_cascade": {"alpha": [0.1, 0.3, 0.6]},
-    "seq_cascade": {"alpha": [0.9, 0.99, 0.9999]},
-}
+    e.name: {k: list(v) for k, v in e.main_grid.items()}
+    for e in registry.ENTRIES if e.main_grid is not None}
 
 
 def _default_models():

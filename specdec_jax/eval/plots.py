@@ -12,32 +12,11 @@ import os
 import re
 from typing import Sequence
 
+from specdec_jax.decoding import registry
 from specdec_jax.eval import report
 
-# Paper-style names for the legend.
-LABELS = {
-    "target_only": "Target only (large)",
-    "drafter_only": "Drafter only (small)",
-    "spec_decode": "SpecDecode",
-    "lossy": "SpecDecode [Lossy, beta=1]",
-    "lossy_tuned": "SpecDecode [Lossy, tuned beta]",
-    "lossy_greedy": "SpecDecode [Lossy, Greedy]",
-    "bild": "BiLD",
-    "bild_star": "BiLD*",
-    "chow": "SpecCascade [Chow]",
-    "diff": "SpecCascade [Diff]",
-    "opt": "SpecCascade [OPT]",
-    "chow_log": "SpecCascade [Chow, log]",
-    "diff_log": "SpecCascade [Diff, log]",
-    "opt_log": "SpecCascade [OPT, log]",
-    "token_v1": "SpecCascade [TokenV1]",
-    "token_v2": "SpecCascade [TokenV2]",
-    "token_v3": "SpecCascade [TokenV3]",
-    "token_cascade": "TokenCascade [Chow]",
-    "seq_cascade": "SeqCascade [Chow]",
-    "oracle_diff": "OracleCascade [Diff]",
-    "oracle_opt": "OracleCascade [OPT]",
-}
+# Paper-style names for the legend (from the method registry).
+LABELS = {e.name: e.label for e in registry.ENTRIES}
 
 POINT_METHODS = ("target_only", "drafter_only")
 TARGET_LINE = "target quality"

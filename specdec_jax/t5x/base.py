@@ -18,19 +18,14 @@ from flax.linen import partitioning as flax_partitioning
 
 from specdec_jax import models as models_lib
 from specdec_jax import sharding
-from specdec_jax.decoding import api
-from specdec_jax.decoding import methods as methods_lib
-from specdec_jax.decoding import sampling as sampling_lib
-from specdec_jax.decoding.speculative import LoopConfig
-from specdec_jax.decoding.state import Batch, Request
-
-# The input checks decoding.generate applies, reused (not duplicated) here.
-# pylint: disable=protected-access
-# pylint: enable=protected-access
+from specdec_jax.decoding import inputs as inputs_lib
+from specdec_jax.decoding import registry
+from specdec_jax.decoding.loops.program import run_program
+from specdec_jax.decoding.loops.state import LoopConfig, Request
+from specdec_jax.decoding.rules import sampling as sampling_lib
+from specdec_jax.decoding.verify.topology import Topology
 
 _DECODER_PARAMS = ("decode_rng", "eos_id", "max_decode_steps")
-_AUX_STATS = ("drafted", "accepted", "verifier_calls", "drafter_calls",
-              "deferrals")
 
 
 def _fmix32(h: jax.Array) -> jax.Array:
@@ -77,11 +72,11 @@ def _resolve_model(model, overrides: Mapping[str, Any] | None, what: str):
 
 def _resolve_method(method, knobs: Mapping[str, Any] | None):
   if isinstance(method, str):
-    return methods_lib.make_method(method, **dict(knobs or {}))
+    return registry.make_method(method, **dict(knobs or {}))
   if knobs:
     raise ValueError("method_knobs are only used with a method name; pass "
                      "the knobs to make_method() instead")
-  if not hasattr(method, "run"):
+  if not hasattr(method, "program"):
     raise ValueError(f"method must be a name in decoding.METHODS or a method "
                      f"object (decoding.make_method), got "
                      f"{type(method).__name__}")
@@ -148,22 +143,12 @@ class SpeculativeModel:
         raise ValueError(f"{type(self).__name__} needs {kind} models; the "
                          f"{what} is {type(m).__name__}")
     self.method = _resolve_method(method, method_knobs)
-    if isinstance(gamma, bool) or not isinstance(gamma, (int, np.integer)) or (
-        gamma < 1):
-      raise ValueError(f"gamma must be an integer >= 1, got {gamma!r}")
+    self.topology = Topology.chain(gamma)
     self.gamma = int(gamma)
     self.strategy = sampling_lib.Greedy() if sampling is None else sampling
-    if not hasattr(self.strategy, "probs"):
-      raise ValueError(f"sampling must be a strategy (decoding.Greedy, "
-                       f"Temperature, TopK, TopP), got "
-                       f"{type(self.strategy).__name__}")
-    self.strategy.validate()
-    self.method.validate()
-    if self.method.greedy_only and not api.is_greedy(self.strategy):
-      raise ValueError(f"{type(self.method).__name__} is a greedy method; use "
-                       f"sampling=Greedy() or temperature 0")
-    if self.method.uses_drafter:
-      api.check_vocab(self.drafter, self.verifier)
+    # The checks decoding.generate applies, shared (not repeated) here.
+    inputs_lib.check_method(self.method, self.strategy)
+    inputs_lib.check_models(self.method, self.drafter, self.verifier)
     if seed is not None and not 0 <= int(seed) < 2**32:
       raise ValueError(f"seed must be in [0, 2**32) or None, got {seed}")
     self.seed = seed
@@ -304,17 +289,19 @@ class SpeculativeModel:
     req = Request(seed=self._seeds(rng, rows),
                   request_id=ids.astype(jnp.int32),
                   max_new_tokens=jnp.maximum(max_new, 0).astype(jnp.int32))
-    batch = Batch(
-        prompt=prompt.astype(jnp.int32), prompt_len=prompt_len.astype(
-            jnp.int32),
-        inputs=None if inputs is None else inputs.astype(jnp.int32), req=req,
-        strategy=api.per_row_tree(self.strategy, rows, "sampling"),
-        method=api.per_row_tree(self.method, rows, "method"))
-    cfg = LoopConfig(gamma=self.gamma, max_new=width, eos_id=eos_id,
-                     pad_id=0)
-    out = self.method.run(self.drafter, self.verifier, params["draft"],
-                          params["target"], batch, cfg)
-    stats = {k: getattr(out.stats, k) for k in _AUX_STATS}
+    batch = inputs_lib.make_batch(prompt, prompt_len, inputs, req,
+                                  self.strategy, self.method)
+    cfg = LoopConfig(topology=self.topology, max_new=width, eos_id=eos_id,
+                     pad_id=0,
+                     sampling=inputs_lib.sampling_static(self.strategy))
+    program = self.method.program((self.drafter, self.verifier), cfg)
+    out = run_program(program, ((params["draft"], params["target"]), batch))
+    lower = out.levels[:-1]
+    stats = dict(drafted=out.levels[-1].drafted,
+                 accepted=out.levels[-1].accepted,
+                 verifier_calls=out.levels[-1].calls,
+                 drafter_calls=sum(lv.calls for lv in lower),
+                 deferrals=out.deferrals)
     stats.update(tokens=out.num_out, finite=out.finite)
     return out, batch, stats
 

@@ -7,7 +7,7 @@ entries are teacher-forced, per-row loop indices from ``initial_index``,
 ``num_decodes`` expansion of the inputs and of every cache leaf, EOS detected
 as an increase of the EOS count, padding after EOS, results sorted so that
 ``decodes[:, -1]`` is the best), with the sampling transforms of
-``specdec_jax.decoding.sampling`` (temperature, top-k, top-p; temperature 0 is
+``specdec_jax.decoding.rules.sampling`` (temperature, top-k, top-p; temperature 0 is
 greedy) and per-row random keys: row ``r`` at loop index ``i`` draws with
 ``fold_in(fold_in(decode_rng, r), i)``, so a row's sample does not depend on
 the other rows. Bind it in gin in place of t5x's sampler::
@@ -38,7 +38,7 @@ import numpy as np
 from flax import struct
 from jax import lax
 
-from specdec_jax.decoding import sampling
+from specdec_jax.decoding.rules import sampling
 
 try:  # Use t5x's own state class when t5x is importable.
   from t5x.decoding import DecodingState  # pylint: disable=g-import-not-at-top
@@ -167,7 +167,7 @@ def make_strategy(temperature, topk, topp, batch: int, num_decodes: int):
     num_decodes: decodes per row.
 
   Returns:
-    A strategy of ``specdec_jax.decoding.sampling`` whose knobs are
+    A strategy of ``specdec_jax.decoding.rules.sampling`` whose knobs are
     [batch * num_decodes] arrays.
 
   Raises:

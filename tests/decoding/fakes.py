@@ -33,9 +33,12 @@ class RuleModel:
                    layers=cache_lib.init_layers(batch, max_length, 1, 1, 1,
                                                 jnp.float32))
 
-  def step(self, params, tokens, cache, logits_at=None):
+  def step(self, params, tokens, cache, logits_at=None, *, positions=None,
+           mask=None):
+    del mask  # the rule reads (token, position) only: any mask is exact
     k = tokens.shape[1]
-    pos = cache_lib.block_positions(cache.lengths, k)
+    pos = (cache_lib.block_positions(cache.lengths, k) if positions is None
+           else positions)
     nxt = self.rule(tokens, pos) % self.vocab_size
     logits = self.margin * jnp.eye(self.vocab_size)[nxt]
     if logits_at is not None:

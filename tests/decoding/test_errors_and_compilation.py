@@ -8,7 +8,10 @@ import pytest
 from flax import struct
 
 from specdec_jax import decoding, models, sharding
-from specdec_jax.decoding import program, speculative
+from specdec_jax.decoding import inputs
+from specdec_jax.decoding.loops import program
+from specdec_jax.decoding.loops.state import Batch, LoopConfig, Request
+from specdec_jax.decoding.rules.knobs import Static
 from tests.decoding.pairs import tiny_pair
 
 
@@ -119,18 +122,34 @@ def test_knobs_prompts_and_seeds_do_not_recompile(pair):
       prompts, sampling=decoding.TopP(0.9, temperature=temp), gamma=3,
       max_new_tokens=8, seeds=seed)
   run([[2, 3, 4], [5]], 0.1, 1.0, 1.0, 0)
-  cfg = speculative.LoopConfig(gamma=3, max_new=8, eos_id=v.eos_id)
-  key = speculative.speculative_program(d, v, cfg, False).key
+  cfg = LoopConfig(topology=decoding.Topology.chain(3), max_new=8,
+                   eos_id=v.eos_id,
+                   sampling=inputs.sampling_static(decoding.TopP(0.9)))
+  key = decoding.make_method("lossy").program((d, v), cfg).key
   before = program.compile_count(key)
   assert before >= 1
   run([[7, 8], [9, 10, 11, 12]], 0.5, 0.9, 0.3, 12)
   run([[2]] * 2, np.float64(0.3), 2, 0, np.int64(4))
   run([[2, 9], [4]], [0.2, 0.4], [1.0, 1.5], [0.0, 1.0], [1, 2])
   assert program.compile_count(key) == before
-  # Switching to a different method does compile a new program.
-  decoding.generate(decoding.make_method("opt", alpha=0.3), d, v, qp, pp,
-                    [[2, 3], [4]], gamma=3, max_new_tokens=8)
-  assert program.compile_count(key) == before + 1
+  # Switching to a different method does compile a new program (its own
+  # key: the rule's class is part of it).
+  opt = decoding.make_method("opt", alpha=0.3)
+  decoding.generate(opt, d, v, qp, pp, [[2, 3], [4]], gamma=3,
+                    max_new_tokens=8, sampling=decoding.TopP(0.9))
+  assert program.compile_count(opt.program((d, v), cfg).key) == 1
+  assert program.compile_count(key) == before
+  # Greedy() and Temperature(0) are one program.
+  greedy = [decoding.generate(decoding.make_method("spec_decode"), d, v, qp,
+                              pp, [[2, 3]], gamma=3, max_new_tokens=8,
+                              sampling=s).sequences()
+            for s in (decoding.Greedy(), decoding.Temperature(0.0))]
+  assert greedy[0] == greedy[1]
+  g_cfg = LoopConfig(topology=decoding.Topology.chain(3), max_new=8,
+                     eos_id=v.eos_id,
+                     sampling=inputs.sampling_static(decoding.Greedy()))
+  g_key = decoding.make_method("spec_decode").program((d, v), g_cfg).key
+  assert program.compile_count(g_key) == 1
 
 
 def test_seq_cascade_compiles_once_and_defers_per_row(pair):
@@ -164,10 +183,10 @@ def _same_shaped_classes(n):
   def make(i):
     @struct.dataclass
     class Knob:
-      prompt: jax.Array  # [B, 1]
+      x: jax.Array  # [B]
 
       def value(self):
-        return self.prompt[:, 0] + i
+        return self.x + i
     Knob.__name__ = Knob.__qualname__ = f"Knob{i}"
     return Knob
   return [make(i) for i in range(n)]
@@ -183,25 +202,31 @@ def test_same_shaped_method_classes_never_share_a_program(use_mesh):
   """Regression: jax's PyTreeDef equality ignores dataclass node classes.
 
   ``TokenV2(alpha=a)`` and ``TokenV3(alpha=a)`` have equal tree structures
-  but different hashes, so one ``jax.jit`` called with both could (when the
-  hashes met in its cache) run one class's executable for the other -- CI saw
-  TokenV3 return TokenV2's tokens. With 64 same-shaped classes through one
-  program key the old code returned another class's value for several of
-  them on every hash seed tried; now each class gets its own program.
+  but different hashes; when rule objects travelled inside the jitted
+  arguments, one ``jax.jit`` called with both could run one class's
+  executable for the other (CI saw TokenV3 return TokenV2's tokens). Now
+  only plain knob dicts cross the jit boundary and the rule's class is in
+  the program key: 64 same-shaped classes give 64 programs, each its own.
   """
   classes = _same_shaped_classes(64)
-  prog = program.LoopProgram(
-      ("same-shaped-classes", use_mesh),
-      init=lambda a: _DoneState(done=a[2].prompt[:, 0] >= 0),
-      cond=lambda a, s: False, body=lambda a, s: s,
-      finish=lambda a, s: a[2].value())
+  z = jnp.zeros((1,), jnp.int32)
+  batch = Batch(prompt=jnp.zeros((1, 1), jnp.int32), prompt_len=z + 1,
+                inputs=None, req=Request(seed=z, request_id=z,
+                                         max_new_tokens=z),
+                sampling={}, knobs={"x": z})
   mesh = sharding.make_mesh() if use_mesh else None
-  got = [int(program.run_program(
-      prog, ({}, {}, cls(jnp.zeros((1, 1), jnp.int32))), mesh)[0])
+
+  def prog(cls):
+    rule = Static(cls)
+    return program.LoopProgram(
+        ("same-shaped-classes", use_mesh, rule),
+        init=lambda a: _DoneState(done=a[1].prompt[:, 0] >= 0),
+        cond=lambda a, s: False, body=lambda a, s: s,
+        finish=lambda a, s: rule.bind(a[1].knobs).value())
+
+  got = [int(program.run_program(prog(cls), ((), batch), mesh)[0])
          for cls in classes]
   assert got == list(range(64))
-  assert program.node_classes((1, {"a": classes[3](1)}, [classes[5](2)])) == (
-      classes[3], classes[5])
 
 
 def test_token_v1_v2_v3_in_one_process_each_run_their_own_rule(pair):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from specdec_jax.decoding import sampling
+from specdec_jax.decoding.rules import sampling
 
 FALSE_ALARM = 1e-4
 

@@ -1,8 +1,10 @@
-"""The verification kernel of generic speculative sampling (Alg. 4).
+"""The chain verification kernel of generic speculative sampling (Alg. 4).
 
 Pure array code on one fixed-shape block: no model, no loop, no Python branch
-on data. Acceptance is decided for all gamma positions at once and the first
-rejection per row is found with a cumulative product.
+on data. A chain is the one-branch case of tree verification (``tree.py``):
+with one child per node the recursive rejection walk stops at the first
+rejected draft, so acceptance is decided for all gamma positions at once and
+the first rejection per row is found with a cumulative product.
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from specdec_jax.decoding import sampling
-from specdec_jax.decoding.targets import Target, effective, residual
+from specdec_jax.decoding.rules import sampling
+from specdec_jax.decoding.rules.targets import Target, effective, residual
 
 
 @struct.dataclass
@@ -24,11 +26,14 @@ class BlockResult:
     token: [B] int32, the token emitted at position n: the residual sample
       after a rejection, or the bonus token when all gamma were accepted.
     defer: [B, gamma + 1] float32 deferral mass of each position.
+    accept: [B, gamma] bool outcome of each draft's accept test (drafts
+      after the first rejection are tested but not used).
   """
 
   accepted: jax.Array
   token: jax.Array
   defer: jax.Array
+  accept: jax.Array | None = None
 
 
 def verify_block(target: Target, drafts: jax.Array, q: jax.Array,
@@ -109,4 +114,4 @@ def verify_block(target: Target, drafts: jax.Array, q: jax.Array,
   bonus_tok = sampling.sample(key_bonus, bonus_dist)
   token = jnp.where(accepted < gamma, res_tok, bonus_tok)
   return BlockResult(accepted=accepted.astype(jnp.int32), token=token,
-                     defer=defer)
+                     defer=defer, accept=accept)

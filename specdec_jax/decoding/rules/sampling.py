@@ -73,7 +73,11 @@ def _renorm(probs: jax.Array, keep: jax.Array) -> jax.Array:
 
 
 class SamplingStrategy(Protocol):
-  """A sampling transform: logits [..., V] -> S(distribution) [..., V]."""
+  """A sampling transform: logits [..., V] -> S(distribution) [..., V].
+
+  Its traced fields are knobs ([] or [B]); ``canonical`` maps every
+  strategy to the one that runs (Greedy() runs as Temperature(0)).
+  """
 
   def probs(self, logits: jax.Array) -> jax.Array:
     ...
@@ -84,7 +88,11 @@ class SamplingStrategy(Protocol):
 
 @struct.dataclass
 class Greedy:
-  """S(d) = one-hot(argmax d) for every row."""
+  """S(d) = one-hot(argmax d) for every row.
+
+  Runs as ``Temperature(0)`` (see :func:`canonical`): greedy and sampled
+  rows share one compiled program.
+  """
 
   def probs(self, logits: jax.Array) -> jax.Array:
     """[B, ..., V] logits -> [B, ..., V] one-hot float32."""
@@ -167,8 +175,9 @@ class TopP:
     srt = _descending(probs)
     before = jnp.cumsum(srt, axis=-1) - srt  # mass strictly above each entry
     # Smallest kept probability: the last sorted entry whose preceding mass
-    # is still < p (the first entry is always kept).
-    kept = (before < p) | (jnp.arange(srt.shape[-1]) == 0)
+    # is still < p (the first entry is always kept; p >= 1 keeps every
+    # entry exactly, whatever float32 rounding does to the cumulative sum).
+    kept = (before < p) | (p >= 1.0) | (jnp.arange(srt.shape[-1]) == 0)
     threshold = jnp.min(jnp.where(kept, srt, jnp.inf), axis=-1, keepdims=True)
     return _renorm(probs, probs >= threshold)
 
@@ -244,3 +253,18 @@ def sample(key: jax.Array, dist: jax.Array) -> jax.Array:
       inner, axis=-1)  # [B, bs]
   j = _first_above(cdf, inner, x)
   return (blk * bs + j).astype(jnp.int32)
+
+
+def canonical(strategy) -> "Temperature | TopK | TopP":
+  """The strategy that runs: Greedy() is Temperature(0) (one program)."""
+  if isinstance(strategy, Greedy):
+    return Temperature(0.0)
+  return strategy
+
+
+def is_greedy(strategy) -> bool:
+  """True when every row of ``strategy`` (concrete knobs) is greedy."""
+  if isinstance(strategy, Greedy):
+    return True
+  t = getattr(strategy, "temperature", None)
+  return t is not None and bool(jnp.all(jnp.asarray(t) == 0))

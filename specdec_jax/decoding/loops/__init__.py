@@ -1,0 +1,1 @@
+"""Decode loops: state, drafting, speculative / sequential / tree / hierarchy loops, drivers."""

@@ -1,0 +1,1 @@
+"""Sampling transforms, target distributions T(q, p), cascades and keys."""

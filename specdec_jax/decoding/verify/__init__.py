@@ -1,0 +1,1 @@
+"""Draft topologies and the verification kernels (chain, tree)."""
