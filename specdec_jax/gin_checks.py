@@ -142,8 +142,16 @@ def parse(paths: Sequence[str], bindings: Sequence[str],
     known_dirs: gin directories whose macro references count as known.
   """
   for path in paths:
-    with open(path, encoding="utf-8") as f:
-      check_brackets(f.read(), path)
+    with open(path, "rb") as f:
+      raw = f.read()
+    try:
+      text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+      line = raw[:e.start].count(b"\n") + 1
+      raise ValueError(f"{path}:{line}: not valid UTF-8 (byte "
+                       f"0x{raw[e.start]:02x}); save the gin file as UTF-8"
+                       ) from None
+    check_brackets(text, path)
   for b in bindings:
     check_brackets(b, f"binding {b!r}")
   sources: dict[str, str] = {}

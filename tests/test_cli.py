@@ -130,6 +130,11 @@ def test_gin_file_typos_and_brackets_name_file_and_line(tmp_path, capsys):
   assert code == 2 and err.splitlines() == [
       f"specdec_jax: error: ValueError: {bad}:1: '(' at column 9 is never "
       f"closed"]
+  bad.write_bytes(b"GAMMA = 3\n# caf\xe9\n")
+  code, _, err = _cli_here(capsys, *BASE, f"--gin_file={bad}")
+  assert code == 2 and err.splitlines() == [
+      f"specdec_jax: error: ValueError: {bad}:2: not valid UTF-8 (byte 0xe9); "
+      f"save the gin file as UTF-8"]
 
 
 def test_macros_of_other_shipped_run_files_are_known(monkeypatch):
