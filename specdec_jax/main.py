@@ -1,37 +1,46 @@
 r"""The specdec_jax command line (absl flags + gin), t5x style.
 
-    python -m specdec_jax.main --gin_file=pairs/default_t5_docstring.gin \
-        --gin_file=methods/token_v3.gin --gin_file=runs/decode.gin \
+    python -m specdec_jax.main --gin_file=runs/decode.gin \
+        --gin_file=pairs/default_t5_docstring.gin \
+        --gin_file=methods/token_v3.gin \
         --gin.INPUT_FILE="'prompts.jsonl'" --gin.ALPHA=0.4
 
 Flags: --gin_file (repeatable; resolved against --gin_search_paths and the
 shipped gin/ directory), --gin_bindings / --gin.KEY=VALUE (repeatable),
 --gin_search_paths (comma separated), --mode (decode | eval | bench | plan |
-main; overrides ``run.mode``). This module holds the only gin-configurable
+main; overrides ``run.mode``), --num_examples, --verify=CHECKPOINT.
+``specdec_jax``, ``specdec_jax help``, ``--help`` and ``--helpfull`` print
+the usage (:func:`usage`). This module holds the only gin-configurable
 wrappers of the code base; the library stays gin-free.
 
-Errors in files, flags and bindings print one line and exit with status 2.
-On a TPU pod slice it calls ``jax.distributed.initialize()`` first and only
-host 0 writes results.
+Errors in files, flags and bindings print one line and exit with status 2;
+gin files and bindings are parsed strictly (``gin_checks.py``: unbalanced
+brackets name the file and line, a macro nothing uses is a typo). On a TPU
+pod slice it calls ``jax.distributed.initialize()`` first and only host 0
+writes results.
 """
 
 from __future__ import annotations
 
+import glob
 import inspect
 import logging
 import os
 import re
 import sys
+import textwrap
 from typing import Sequence
 
 from absl import flags
 import gin
 
-from specdec_jax import decoding, runs
+from specdec_jax import decode_requests, decoding, gin_checks, runs
 
 GIN_DIR = os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), "gin")
 MODES = ("decode", "eval", "bench", "plan", "main")
+HELP_ARGS = ("--help", "-h", "-help", "--helpshort", "-?", "--helpfull",
+             "-helpfull", "help")
 
 _GIN_FILES = flags.DEFINE_multi_string(
     "gin_file", [], "gin files, in order (later ones override earlier).")
@@ -41,6 +50,13 @@ _GIN_SEARCH_PATHS = flags.DEFINE_list(
     "gin_search_paths", [], "directories searched for gin files and includes.")
 _MODE = flags.DEFINE_enum("mode", None, list(MODES),
                           "what to run (overrides run.mode).")
+_NUM_EXAMPLES = flags.DEFINE_integer(
+    "num_examples", None, "modes main / eval / bench: examples per pair or "
+    "dataset (overrides NUM_EXAMPLES).", lower_bound=1)
+_VERIFY = flags.DEFINE_multi_string(
+    "verify", [], "check a checkpoint (any format) and exit: per-tensor "
+    "checksums (when it has checksums.json), NaN/inf and statistics; "
+    "repeatable.")
 _DISTRIBUTED = flags.DEFINE_enum(
     "distributed", "auto", ["auto", "yes", "no"],
     "call jax.distributed.initialize() (auto: on multi-host TPU / when "
@@ -100,22 +116,30 @@ def run(mode: str | None = None, drafter=None, verifier=None, method=None,
         sampling=None, gamma: int = 5, max_new_tokens: int = 64,
         batch_size: int = 8, input_file: str | None = None,
         output_dir: str | None = None, seed: int = 0):
-  """Runs one mode with the configured models and method."""
+  """Runs one mode with the configured models and method.
+
+  Mode 'decode' returns the rows (and raises
+  ``decode_requests.RequestErrors`` after writing the good rows when some
+  requests were invalid); the other modes return their results.
+  """
   if mode not in MODES:
     raise ValueError(f"set --mode or run.mode to one of {', '.join(MODES)} "
-                     f"(got {mode!r})")
+                     f"(got {mode!r}); `specdec_jax --help` shows examples")
   if mode == "decode":
     if verifier is None:
-      raise ValueError("decode needs a verifier: bind run.verifier (e.g. "
-                       "include a gin/pairs/*.gin file)")
+      raise ValueError("decode needs a verifier: include gin files "
+                       "runs/decode.gin and a pairs/*.gin (`specdec_jax "
+                       "--help` shows an example)")
     method = method or decoding.make_method("spec_decode")
     out = os.path.join(output_dir, "decodes.jsonl") if output_dir else None
-    rows = runs.run_decode(drafter, verifier, method, sampling, gamma,
-                           max_new_tokens, batch_size, input_file, out, seed)
-    summary = runs.summarize(rows)
+    report = runs.run_decode(drafter, verifier, method, sampling, gamma,
+                             max_new_tokens, batch_size, input_file, out,
+                             seed)
+    summary = report.summary()
     print(runs.format_table(list(summary), [list(summary.values())]),
           file=sys.stderr)
-    return rows
+    report.raise_for_failures()
+    return report.rows
   if mode == "plan":
     return plan_spec()
   if mode == "main":
@@ -140,13 +164,20 @@ def eval_spec(drafter=None, verifier=None, dataset: str = gin.REQUIRED,
 
   ``sweep`` is an ml_collections config file with an optional name,
   ``configs/sweeps.py:paper_t5`` (see configs/sweeps.py); ``bench`` times
-  every call 3 times and keeps the fastest.
+  every call 3 times and keeps the fastest. The sweep's values are validated
+  before the models load.
   """
   cfg = _load_sweep(sweep)
   if sweep_overrides:
     cfg.update(dict(sweep_overrides))
   if max_new_tokens and "max_new_tokens" not in (sweep_overrides or {}):
     cfg.max_new_tokens = max_new_tokens
+  if num_examples is not None and (isinstance(num_examples, bool) or
+                                   not isinstance(num_examples, int) or
+                                   num_examples < 1):
+    raise ValueError(f"num_examples must be an integer >= 1 or None, got "
+                     f"{num_examples!r}")
+  runs.sweep_configs(cfg.to_dict())  # knobs checked before anything loads
   pair = runs.load_pair(drafter, verifier, metrics, cfg.max_new_tokens)
   family_extra = 100 if pair.verifier.is_encoder_decoder else 0
   examples = runs.load_examples(
@@ -179,6 +210,112 @@ def main_job_spec(output_dir: str = "results/main_job", pairs=None,
   from specdec_jax.eval import main_job  # pylint: disable=g-import-not-at-top
   kw = {} if num_examples is None else {"num_examples": num_examples}
   return main_job.run_main_job(output_dir, pairs=pairs, **kw)
+
+
+# --------------------------------------------------------------------------
+# Usage
+# --------------------------------------------------------------------------
+
+_MODE_HELP = {
+    "decode": "decode requests (JSONL or text lines; a file or stdin) into "
+              "<OUTPUT_DIR>/decodes.jsonl (or stdout), streamed and "
+              "resumable",
+    "eval": "a sweep of methods / knobs / sampling on a dataset -> "
+            "results.jsonl (resumable), summary.md, plots",
+    "bench": "time target-only vs speculative methods over gamma (each call "
+             "3x, fastest kept)",
+    "plan": "per-chip memory of both models on TPU v4 slices (no weights "
+            "needed)",
+    "main": "every method on the built-in trained pairs: the README's first "
+            "command",
+}
+_EXAMPLES = {
+    "decode": "specdec_jax decode --gin_file=runs/decode.gin "
+              "--gin_file=pairs/default_t5_docstring.gin "
+              "--gin_file=methods/token_v3.gin --gin.ALPHA=0.4 "
+              "--gin.INPUT_FILE=\"'requests.jsonl'\" "
+              "--gin.OUTPUT_DIR=\"'out'\"",
+    "eval": "specdec_jax eval --gin_file=runs/eval.gin "
+            "--gin_file=pairs/default_t5_docstring.gin "
+            "--gin.SWEEP=\"'configs/sweeps.py:smoke'\" --num_examples=8",
+    "bench": "specdec_jax bench --gin_file=runs/bench.gin "
+             "--gin_file=pairs/default_gemma_completion.gin",
+    "plan": "specdec_jax plan",
+    "main": "specdec_jax main --num_examples=8",
+}
+
+
+def _gin_listing(width: int = 78) -> list[str]:
+  out = []
+  for sub in sorted(os.listdir(GIN_DIR)) if os.path.isdir(GIN_DIR) else []:
+    names = sorted(os.path.basename(p) for p in glob.glob(
+        os.path.join(GIN_DIR, sub, "*.gin")))
+    if names:
+      out += textwrap.wrap(" ".join(names), width, initial_indent=(
+          f"  {sub + '/':9}"), subsequent_indent=" " * 11)
+  return out
+
+
+def usage(full: bool = False) -> str:
+  """The --help text: modes, flags, gin files, one example per mode.
+
+  Args:
+    full: also list every flag of every module (--helpfull).
+  """
+  lines = [
+      "specdec_jax: speculative decoding and speculative cascades (T5 v1.1, "
+      "Gemma 1/2) in JAX",
+      "",
+      "Usage: specdec_jax MODE --gin_file=FILE... [--gin.MACRO=VALUE...] "
+      "[flags]",
+      "       specdec_jax --verify=CHECKPOINT    check a checkpoint's "
+      "tensors, then exit",
+      "       specdec_jax --help | --helpfull | help",
+      "(`python -m specdec_jax.main` is the same command.)",
+      "",
+      "Modes (positional, or --mode, or run.mode in a gin file):",
+  ]
+  for m in MODES:
+    lines += textwrap.wrap(_MODE_HELP[m], 78, initial_indent=f"  {m:7} ",
+                           subsequent_indent=" " * 10)
+  lines += ["", f"Gin files: --gin_file is searched in ., then "
+            f"--gin_search_paths, then {GIN_DIR}:"]
+  lines += _gin_listing()
+  lines += textwrap.wrap(
+      "Each file starts with a header listing its REQUIRED and commonly "
+      "overridden macros. Set a macro with --gin.MACRO=VALUE (strings in "
+      "inner quotes: --gin.INPUT_FILE=\"'x.jsonl'\"); a macro that nothing "
+      "uses is an error.", 78)
+  lines += ["", "Examples (one per mode):"]
+  for m in MODES:
+    parts = _EXAMPLES[m].split(" --")
+    lines.append(f"  {m}:")
+    lines.append("    " + " \\\n        --".join(parts))
+  module = flags.FLAGS.find_module_defining_flag("gin_file")
+  text = flags.FLAGS.module_help(module) if module else ""
+  lines += ["", "Flags:"] + [ln for ln in text.splitlines()
+                             if ln.strip() and not ln.rstrip().endswith(":")]
+  if full:
+    lines += ["", "All flags:", flags.FLAGS.get_help()]
+  lines += ["", "Errors (bad flags, files, bindings, values, requests) print "
+            "one line each and exit with status 2. More: README.md and docs/."]
+  return "\n".join(lines)
+
+
+def help_request(argv: Sequence[str]) -> str | None:
+  """'short', 'full' or None: whether ``argv`` asks for the usage.
+
+  The bare command (no arguments), ``help`` as the first argument, and any
+  of --help / -h / --helpshort / --helpfull print it.
+  """
+  args = list(argv[1:])
+  if not args:
+    return "short"
+  if any(a in ("--helpfull", "-helpfull") for a in args):
+    return "full"
+  if args[0] == "help" or any(a in HELP_ARGS[:5] for a in args):
+    return "short"
+  return None
 
 
 # --------------------------------------------------------------------------
@@ -225,17 +362,44 @@ def resolve_gin_file(name: str, search_paths: Sequence[str] = ()) -> str:
 
 def parse_gin(files: Sequence[str], bindings: Sequence[str],
               search_paths: Sequence[str] = ()) -> None:
-  """Parses gin files (searched in search_paths and gin/) and bindings."""
+  """Parses gin files (searched in search_paths and gin/) and bindings.
+
+  Strict (``gin_checks.parse``): an unbalanced bracket names its file and
+  line, and a macro that no binding uses (a misspelled ``GAMMA``) is an
+  error listing the macros in use.
+  """
   paths = [resolve_gin_file(f, search_paths) for f in files]
   for path in list(search_paths) + [GIN_DIR]:
     gin.add_config_file_search_path(path)
   quiet = _QuietSearch()
   logging.getLogger().addFilter(quiet)
   try:
-    gin.parse_config_files_and_bindings(paths, list(bindings),
-                                        finalize_config=True)
+    gin_checks.parse(paths, list(bindings), [GIN_DIR, *search_paths])
   finally:
     logging.getLogger().removeFilter(quiet)
+
+
+def _flag_bindings() -> list[str]:
+  """gin bindings of the convenience flags (--num_examples)."""
+  if _NUM_EXAMPLES.value is None:
+    return []
+  n = int(_NUM_EXAMPLES.value)
+  return [f"main_job_spec.num_examples = {n}", f"eval_spec.num_examples = {n}"]
+
+
+def verify_checkpoints(paths: Sequence[str]) -> int:
+  """--verify: prints each checkpoint's report; returns the exit status."""
+  from specdec_jax import checkpoints  # pylint: disable=g-import-not-at-top
+  status = 0
+  for path in paths:
+    report = checkpoints.verify(path)
+    print(report.table())
+    for problem in report.problems:
+      print(f"specdec_jax: error: {path}: {problem}", file=sys.stderr)
+    for warning in report.warnings:
+      print(f"specdec_jax: warning: {path}: {warning}", file=sys.stderr)
+    status = status or (0 if report.ok else 2)
+  return status
 
 
 def main(argv: Sequence[str]) -> None:
@@ -250,30 +414,47 @@ def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise ValueError(f"unexpected arguments: {' '.join(argv[1:])} (usage: "
                      f"specdec_jax [MODE] --gin_file=... --gin.KEY=VALUE; "
-                     f"modes: {', '.join(MODES)})")
+                     f"modes: {', '.join(MODES)}; `specdec_jax --help` shows "
+                     f"more)")
   _maybe_initialize_distributed()
-  parse_gin(_GIN_FILES.value, _GIN_BINDINGS.value, _GIN_SEARCH_PATHS.value)
+  parse_gin(_GIN_FILES.value, list(_GIN_BINDINGS.value) + _flag_bindings(),
+            _GIN_SEARCH_PATHS.value)
   run(**({"mode": mode} if mode else {}))
 
 
 def _one_line(e: BaseException) -> str:
-  msg = str(e).strip().splitlines()
-  text = " | ".join(m.strip() for m in msg if m.strip())
+  msg = [m.strip() for m in str(e).strip().splitlines()]
+  # gin appends "In call to configurable 'run' (<function ...>)": noise here.
+  text = " | ".join(m for m in msg if m and not m.startswith(
+      "In call to configurable"))
   return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
 def cli(argv: Sequence[str] | None = None) -> None:
   """Console entry point: errors become one line on stderr and exit 2."""
-  argv = rewrite_gin_args(sys.argv if argv is None else argv)
+  argv = list(sys.argv if argv is None else argv)
+  wanted = help_request(argv)
+  if wanted:
+    print(usage(full=wanted == "full"))
+    sys.exit(0)
+  argv = rewrite_gin_args(argv)
   try:
     rest = flags.FLAGS(argv)
   except flags.Error as e:
-    print(f"specdec_jax: error: bad flag: {e}", file=sys.stderr)
+    print(f"specdec_jax: error: bad flag: {e} (`specdec_jax --help` lists "
+          f"the flags)", file=sys.stderr)
     sys.exit(2)
   try:
+    if _VERIFY.value:
+      sys.exit(verify_checkpoints(_VERIFY.value))
     main(rest)
+  except decode_requests.RequestErrors as e:
+    for err in e.errors:
+      print(f"specdec_jax: error: {err}", file=sys.stderr)
+    print(f"specdec_jax: {e.note}", file=sys.stderr)
+    sys.exit(2)
   except (ValueError, FileNotFoundError, OSError, TypeError, KeyError,
-          SyntaxError, FloatingPointError, ImportError) as e:
+          SyntaxError, FloatingPointError, ImportError, OverflowError) as e:
     print(f"specdec_jax: error: {_one_line(e)}", file=sys.stderr)
     sys.exit(2)
 

@@ -2,7 +2,9 @@
 
 ``specdec_jax.main`` binds these from gin files and flags; they can equally be
 called from Python. Every mode reads its inputs, runs on the host's share of
-the batch and lets only process 0 write results.
+the batch and lets only process 0 write results. Mode 'decode' is
+``decode_run.run_decode`` (streamed, resumable JSONL); this module holds the
+model specs and the eval / bench modes.
 """
 
 from __future__ import annotations
@@ -11,14 +13,21 @@ import dataclasses
 import json
 import os
 import sys
-import time
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import jax
 import numpy as np
 
-from specdec_jax import decoding, models
+from specdec_jax import decode_requests, decoding, models
 from specdec_jax import tokenizer as tokenizer_lib
+from specdec_jax.decode_run import DecodeReport, run_decode  # pylint: disable=unused-import
+
+
+# Built-in defaults of ModelSpec.max_input_tokens for random and checkpoint
+# models: T5 v1.1 was pre-trained on 512-token inputs (t5x's default
+# 'inputs' feature length); Gemma 1 and 2 have an 8192-token context.
+DEFAULT_MAX_INPUT_TOKENS = {"t5": 512, "gemma": 8192}
+CHECKPOINT_FORMATS = ("auto", "native", "hf", "t5x", "t5x_orbax", "gemma")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,12 +43,18 @@ class ModelSpec:
     preset: model preset name (``specdec_jax.models.PRESETS``); required for
       checkpoints that carry no config (T5X, official Gemma).
     checkpoint: checkpoint path (local or gs://).
-    checkpoint_format: 'auto', 'native', 'hf', 't5x', 'gemma'.
+    checkpoint_format: 'auto', 'native', 'hf', 't5x', 't5x_orbax', 'gemma'.
     dtype: parameter dtype after loading ('bfloat16' or 'float32').
     tokenizer: SentencePiece .model path (None: token ids in and out).
     default_pair: name of a built-in pair ('t5_docstring', ...).
     role: 'drafter' or 'verifier' (with ``default_pair``).
-    seed: seed of random weights.
+    seed: seed of random weights (>= 0).
+    max_input_tokens: the longest model input (T5: encoder ids incl. EOS;
+      Gemma: prompt incl. BOS). Longer requests are cut to it with a warning
+      (``decode_requests.fit_input``), in decode and eval alike. None: the
+      built-in pair's task limit (256 for t5_docstring, 320 for
+      gemma_completion), else :data:`DEFAULT_MAX_INPUT_TOKENS` of the family
+      (T5 512, Gemma 8192). Only the verifier's applies.
   """
 
   preset: str | None = None
@@ -50,12 +65,97 @@ class ModelSpec:
   default_pair: str | None = None
   role: str = "verifier"
   seed: int = 0
+  max_input_tokens: int | None = None
 
-  def load(self):
-    """Returns (model, params, tokenizer or None)."""
+  def check(self) -> None:
+    """Cheap checks of every field (nothing loaded); raises ValueError."""
+    what = f"the {self.role}'s ModelSpec"
     if self.role not in ("drafter", "verifier"):
       raise ValueError(f"ModelSpec.role must be 'drafter' or 'verifier', got "
                        f"{self.role!r}")
+    if self.dtype not in ("float32", "bfloat16"):
+      raise ValueError(f"{what}: dtype must be 'float32' or 'bfloat16', got "
+                       f"{self.dtype!r}")
+    if self.checkpoint_format not in CHECKPOINT_FORMATS:
+      raise ValueError(f"{what}: checkpoint_format must be one of "
+                       f"{', '.join(CHECKPOINT_FORMATS)}, got "
+                       f"{self.checkpoint_format!r}")
+    if self.preset is not None and self.preset not in models.PRESETS:
+      raise ValueError(f"{what}: unknown preset {self.preset!r}; choose one of "
+                       f"{', '.join(sorted(models.PRESETS))}")
+    if not (self.default_pair or self.checkpoint or self.preset):
+      raise ValueError(f"the {self.role} needs a preset, a checkpoint or a "
+                       f"default_pair")
+    for name, path in (("checkpoint", self.checkpoint),
+                       ("tokenizer", self.tokenizer)):
+      if path and not str(path).startswith("gs://") and not os.path.exists(
+          path):
+        raise ValueError(f"{what}: {name} {path!r} does not exist")
+    if _bad_int(self.seed, 0, 2**32):
+      raise ValueError(f"{what}: seed must be an integer in [0, 2**32), got "
+                       f"{self.seed!r}")
+    if self.max_input_tokens is not None and _bad_int(
+        self.max_input_tokens, 2, 2**31):
+      raise ValueError(f"{what}: max_input_tokens must be an integer >= 2 or "
+                       f"None, got {self.max_input_tokens!r}")
+
+  def architecture(self):
+    """The model object (config only, no parameters read; cheap)."""
+    self.check()
+    if self.default_pair:
+      from specdec_jax.checkpoints import native  # pylint: disable=g-import-not-at-top
+      from specdec_jax.eval import default_models  # pylint: disable=g-import-not-at-top
+      name = default_models.BENCHMARK_NAMES.get(self.default_pair,
+                                                self.default_pair)
+      if name not in default_models.TASKS:
+        raise ValueError(f"unknown default pair {self.default_pair!r}; "
+                         f"available: {', '.join(default_models.PAIRS)}")
+      path = os.path.join(default_models.ASSETS, name, self.role,
+                          native.CONFIG)
+      if not os.path.isfile(path):
+        raise ValueError(f"the default pair {name!r} is not built ({path} is "
+                         f"missing); {default_models.BUILD_HINT}")
+      with open(path) as f:
+        return models.model_from_config(native.config_from_dict(json.load(f)))
+    if self.checkpoint:
+      return _checkpoint_architecture(self)
+    return models.get_model(self.preset)
+
+  def input_limit(self, model=None) -> int:
+    """The maximum input length (see ``max_input_tokens``)."""
+    if self.max_input_tokens is not None:
+      return int(self.max_input_tokens)
+    if self.default_pair:
+      from specdec_jax.eval import default_models  # pylint: disable=g-import-not-at-top
+      name = default_models.BENCHMARK_NAMES.get(self.default_pair,
+                                                self.default_pair)
+      return default_models.TASKS[name].max_input_tokens
+    model = model or self.architecture()
+    return DEFAULT_MAX_INPUT_TOKENS["t5" if model.is_encoder_decoder
+                                    else "gemma"]
+
+  def load_tokenizer(self, model=None):
+    """The Tokenizer (None without one); reads only the .model file."""
+    if self.default_pair:
+      from specdec_jax.eval import default_models  # pylint: disable=g-import-not-at-top
+      name = default_models.BENCHMARK_NAMES.get(self.default_pair,
+                                                self.default_pair)
+      path = os.path.join(default_models.ASSETS, name,
+                          default_models.TOKENIZER)
+      return tokenizer_lib.Tokenizer(_read_bytes(path),
+                                     default_models.TASKS[name].family,
+                                     extra_ids=0)
+    if not self.tokenizer:
+      return None
+    model = model or self.architecture()
+    family = "t5" if model.is_encoder_decoder else "gemma"
+    tok = tokenizer_lib.Tokenizer(_read_bytes(self.tokenizer), family)
+    tokenizer_lib.check_fits_model(tok, model.vocab_size, self.role)
+    return tok
+
+  def load(self):
+    """Returns (model, params, tokenizer or None)."""
+    self.check()
     if self.default_pair:
       from specdec_jax.eval import default_models  # pylint: disable=g-import-not-at-top
       pair = default_models.load(self.default_pair, dtype=self.dtype)
@@ -67,20 +167,42 @@ class ModelSpec:
       model, params = checkpoints.load(self.checkpoint, model=self.preset,
                                        format=self.checkpoint_format,
                                        dtype=self.dtype)
-    elif self.preset:
+    else:
       model = models.get_model(self.preset)
       params = model.init_params(jax.random.PRNGKey(self.seed))
       print(f"note: {self.role} '{self.preset}' has RANDOM weights (no "
             f"checkpoint given)", file=sys.stderr)
-    else:
-      raise ValueError(f"the {self.role} needs a preset, a checkpoint or a "
-                       f"default_pair")
-    tok = None
-    if self.tokenizer:
-      family = "t5" if model.is_encoder_decoder else "gemma"
-      tok = tokenizer_lib.Tokenizer(_read_bytes(self.tokenizer), family)
-      tokenizer_lib.check_fits_model(tok, model.vocab_size, self.role)
-    return model, params, tok
+    return model, params, self.load_tokenizer(model)
+
+
+def _bad_int(x, lo: int, hi: int) -> bool:
+  """True unless x is an int (not bool) in [lo, hi)."""
+  return (isinstance(x, bool) or not isinstance(x, (int, np.integer))
+          or not lo <= x < hi)
+
+
+def _checkpoint_architecture(spec: ModelSpec):
+  """The model of a checkpoint from its config.json, or from the preset."""
+  # pylint: disable=g-import-not-at-top
+  from specdec_jax.checkpoints import hf, loader, native
+  fmt = spec.checkpoint_format
+  if fmt == "auto":
+    fmt = loader.detect_format(spec.checkpoint)
+  if fmt == "native":
+    with open(os.path.join(spec.checkpoint, native.CONFIG)) as f:
+      try:
+        meta = json.load(f)
+      except json.JSONDecodeError as e:
+        raise ValueError(f"{spec.checkpoint}/config.json is not valid JSON: "
+                         f"{e}") from None
+    return models.model_from_config(native.config_from_dict(meta))
+  if fmt == "hf":
+    return hf.model_from_hf_config(hf.read_config(spec.checkpoint),
+                                   spec.checkpoint)[0]
+  if spec.preset is None:
+    raise ValueError(f"checkpoint {spec.checkpoint!r} ({fmt}) holds no model "
+                     f"config: set the {spec.role}'s ModelSpec.preset")
+  return models.get_model(spec.preset)
 
 
 def _read_bytes(path: str) -> bytes:
@@ -93,144 +215,9 @@ def _read_bytes(path: str) -> bytes:
     return f.read()
 
 
-def read_requests(path: str | None) -> list[dict[str, Any]]:
-  """Reads decode requests from a JSONL / text file, or stdin when None/'-'.
-
-  JSONL lines are objects with ``inputs`` (text) or ``tokens`` (ids) and an
-  optional ``id``; other lines are taken as text inputs.
-  """
-  if path in (None, "-"):
-    lines = sys.stdin.read().splitlines()
-    where = "stdin"
-  else:
-    if not os.path.isfile(path):
-      raise ValueError(f"input file not found: {path}")
-    with open(path, encoding="utf-8") as f:
-      lines = f.read().splitlines()
-    where = path
-  requests = []
-  for n, line in enumerate(lines, 1):
-    if not line.strip():
-      continue
-    if path and path.endswith(".jsonl") or line.lstrip().startswith("{"):
-      try:
-        obj = json.loads(line)
-      except json.JSONDecodeError as e:
-        raise ValueError(f"{where}:{n}: not valid JSON ({e.msg})") from None
-      if not isinstance(obj, dict) or not ({"inputs", "tokens"} & set(obj)):
-        raise ValueError(f"{where}:{n}: expected an object with 'inputs' "
-                         f"(text) or 'tokens' (ids)")
-    else:
-      obj = {"inputs": line}
-    obj.setdefault("id", str(len(requests)))
-    requests.append(obj)
-  if not requests:
-    raise ValueError(f"no requests found in {where}")
-  return requests
-
-
-def _to_ids(req, tok, encdec: bool) -> list[int]:
-  if "tokens" in req:
-    return [int(t) for t in req["tokens"]]
-  if tok is None:
-    raise ValueError(f"request {req['id']!r} has text but no tokenizer is "
-                     f"configured; set ModelSpec.tokenizer or pass 'tokens'")
-  if encdec:
-    return tok.encode(req["inputs"], add_eos=True)
-  return tok.encode(req["inputs"])
-
-
 def is_writer() -> bool:
   """Only process 0 writes results on a multi-host run."""
   return jax.process_index() == 0
-
-
-def run_decode(drafter: ModelSpec, verifier: ModelSpec, method, sampling=None,
-               gamma: int = 5, max_new_tokens: int = 64, batch_size: int = 8,
-               input_file: str | None = None, output_file: str | None = None,
-               seed: int = 0, progress: bool = True) -> list[dict[str, Any]]:
-  """Decodes requests and writes one JSONL row per request.
-
-  Args:
-    drafter, verifier: ModelSpecs.
-    method: a decoding method object (``decoding.make_method``).
-    sampling: sampling strategy (default greedy).
-    gamma: draft block size.
-    max_new_tokens: generation budget per request.
-    batch_size: requests per decode call.
-    input_file: JSONL / text file of requests; None or '-' reads stdin.
-    output_file: JSONL path (None prints rows to stdout).
-    seed: sampling seed (each request's id keeps its randomness its own).
-    progress: show a progress bar.
-
-  Returns:
-    The rows (text, tokens, per-row statistics, latency).
-  """
-  from tqdm import tqdm  # pylint: disable=g-import-not-at-top
-  requests = read_requests(input_file)
-  v_model, p_params, v_tok = verifier.load()
-  d_model, q_params, d_tok = (v_model, p_params, v_tok)
-  if method.uses_drafter:
-    d_model, q_params, d_tok = drafter.load()
-    if d_tok is not None and v_tok is not None:
-      tokenizer_lib.check_same_vocabulary(d_tok, v_tok)
-  tok = v_tok or d_tok
-  encdec = v_model.is_encoder_decoder
-  rows = []
-  bar = tqdm(total=len(requests), disable=not progress, desc="decode",
-             file=sys.stderr)
-  for start in range(0, len(requests), batch_size):
-    chunk = requests[start:start + batch_size]
-    ids = [_to_ids(r, tok, encdec) for r in chunk]
-    if encdec:
-      kw = dict(inputs=ids)
-    else:
-      bos = getattr(v_model.config, "bos_id", None)
-      kw = dict(prompts=[x if (x and x[0] == bos) or bos is None else [bos] + x
-                         for x in ids])
-    t0 = time.perf_counter()
-    out = decoding.generate(
-        method, d_model, v_model, q_params, p_params, sampling=sampling,
-        gamma=gamma, max_new_tokens=max_new_tokens, seeds=seed,
-        request_ids=[start + i for i in range(len(chunk))], **kw)
-    dt = time.perf_counter() - t0
-    for i, req in enumerate(chunk):
-      stats = out.row_stats(i)
-      stats["num_tokens"] = stats.pop("tokens")
-      toks = out.sequences()[i]
-      row = dict(id=req["id"], tokens=toks, **stats, batch_seconds=dt)
-      if tok is not None:
-        row["text"] = tok.decode(toks)
-      rows.append(row)
-    bar.update(len(chunk))
-  bar.close()
-  if is_writer():
-    _write_jsonl(rows, output_file)
-  return rows
-
-
-def _write_jsonl(rows: Iterable[dict], path: str | None) -> None:
-  if path is None:
-    for r in rows:
-      print(json.dumps(r))
-    return
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  with open(path, "w", encoding="utf-8") as f:
-    for r in rows:
-      f.write(json.dumps(r) + "\n")
-
-
-def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
-  """Totals over decode rows: tokens/s, acceptance, block efficiency."""
-  total = lambda k: sum(r.get(k, 0) for r in rows)
-  tokens = total("num_tokens")
-  seconds = sum({r["batch_seconds"] for r in rows}) if rows else 0.0
-  div = lambda a, b: a / b if b else float("nan")
-  return dict(requests=len(rows), tokens=tokens,
-              tokens_per_s=div(tokens, seconds),
-              acceptance_rate=div(total("accepted"), total("drafted")),
-              block_efficiency=div(tokens, total("verifier_calls")),
-              deferral_rate=div(total("deferrals"), tokens))
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -268,6 +255,8 @@ class LoadedPair:
     tokenizer: the shared Tokenizer.
     metrics: metric names (the primary first).
     max_new_tokens: generation budget.
+    max_input_tokens: inputs are cut to this many ids
+      (``decode_requests.fit_input``, as decode does); None: no limit.
   """
 
   name: str
@@ -278,6 +267,7 @@ class LoadedPair:
   tokenizer: tokenizer_lib.Tokenizer
   metrics: tuple[str, ...]
   max_new_tokens: int
+  max_input_tokens: int | None = None
 
   @property
   def is_encoder_decoder(self) -> bool:
@@ -285,9 +275,11 @@ class LoadedPair:
 
   def encode(self, examples) -> dict:
     """Example texts -> ``generate`` keyword arguments (ragged ids)."""
-    enc = self.is_encoder_decoder
-    rows = [_to_ids({"inputs": e["inputs"], "id": e.get("id")},
-                    self.tokenizer, enc) for e in examples]
+    enc, tok = self.is_encoder_decoder, self.tokenizer
+    rows = [decode_requests.fit_input(
+        tok.encode(e["inputs"], add_eos=True) if enc else tok.encode(
+            e["inputs"]), self.max_input_tokens, enc, tok.bos_id, tok.eos_id)
+            for e in examples]
     return {"inputs": rows} if enc else {"prompts": rows}
 
   def decode(self, token_rows) -> list[str]:
@@ -298,6 +290,8 @@ def load_pair(drafter: ModelSpec, verifier: ModelSpec,
               metrics: Sequence[str], max_new_tokens: int,
               name: str | None = None):
   """Loads both models (a built-in default pair as a whole) for evaluation."""
+  for spec in (drafter, verifier):
+    spec.check()
   if drafter.default_pair and drafter.default_pair == verifier.default_pair:
     from specdec_jax.eval import default_models  # pylint: disable=g-import-not-at-top
     return default_models.load(verifier.default_pair, dtype=verifier.dtype)
@@ -310,7 +304,8 @@ def load_pair(drafter: ModelSpec, verifier: ModelSpec,
   tokenizer_lib.check_same_vocabulary(d_tok, v_tok)
   label = name or f"{drafter.preset or 'drafter'}->{verifier.preset or 'v'}"
   return LoadedPair(label, d_model, v_model, q_params, p_params, v_tok,
-                    tuple(metrics), max_new_tokens)
+                    tuple(metrics), max_new_tokens,
+                    verifier.input_limit(v_model))
 
 
 def load_examples(dataset: str, split: str = "test",
@@ -371,6 +366,57 @@ def _seqio_examples(task_name: str, split: str, limit: int | None,
   return out
 
 
+def sweep_configs(sweep: dict) -> list:
+  """The sweep's ``harness.RunConfig``s; every knob, temperature, top-p,
+  gamma, budget, batch size and seed is validated here (nothing loaded).
+
+  Args:
+    sweep: as :func:`run_eval`'s.
+  """
+  from specdec_jax.eval import harness  # pylint: disable=g-import-not-at-top
+  if not isinstance(sweep.get("methods"), dict) or not sweep["methods"]:
+    raise ValueError("the sweep has no 'methods' ({name: {knob: [values]}}); "
+                     "see configs/sweeps.py")
+  seed = sweep.get("seed", 0)
+  if isinstance(seed, bool) or not isinstance(seed, int) or not (
+      0 <= seed < 2**32):
+    raise ValueError(f"the sweep's seed must be an integer in [0, 2**32), got "
+                     f"{seed!r}")
+  top_p = [1.0 if p is None else p for p in sweep.get("top_p", [None])]
+  return harness.grid(
+      {m: dict(k) for m, k in sweep["methods"].items()},
+      temperature=list(sweep.get("temperatures", [0.0])), top_p=top_p,
+      gamma=list(sweep.get("gammas", [5])),
+      max_new_tokens=sweep.get("max_new_tokens"),
+      batch_size=sweep.get("batch_size", 1), seed=seed)
+
+
+def warn_long_inputs(pair, examples: Sequence[dict]) -> int:
+  """Warns (stderr) how many examples are cut to the maximum input length.
+
+  The cut itself happens in the pair's ``encode`` (``LoadedPair`` and the
+  default pairs apply the same rule as decode, ``decode_requests.fit_input``).
+
+  Returns:
+    The number of examples longer than the limit.
+  """
+  spec = getattr(pair, "spec", None)
+  limit = getattr(pair, "max_input_tokens", None) or getattr(
+      spec, "max_input_tokens", None)
+  tok = getattr(pair, "tokenizer", None)
+  if not limit or tok is None:
+    return 0
+  enc = pair.is_encoder_decoder
+  extra = 1 if enc or tok.bos_id is not None else 0  # EOS or BOS
+  long = sum(len(tok.encode(e["inputs"], add_bos=False)) + extra > limit
+             for e in examples)
+  if long:
+    print(f"specdec_jax: warning: {long} of {len(examples)} examples have "
+          f"more than {limit} input tokens (the verifier's max_input_tokens) "
+          f"and are cut to it, as decode cuts long requests", file=sys.stderr)
+  return long
+
+
 def run_eval(pair, examples: Sequence[dict], sweep: dict,
              output_dir: str, repeats: int = 1, progress: bool = True):
   """Runs a sweep over examples; writes results.jsonl, summary.{json,md}
@@ -390,13 +436,8 @@ def run_eval(pair, examples: Sequence[dict], sweep: dict,
     The per-method summaries (report.MethodSummary).
   """
   from specdec_jax.eval import harness, plots, report  # pylint: disable=g-import-not-at-top
-  top_p = [1.0 if p is None else p for p in sweep.get("top_p", [None])]
-  configs = harness.grid(
-      {m: dict(k) for m, k in sweep["methods"].items()},
-      temperature=list(sweep.get("temperatures", [0.0])), top_p=top_p,
-      gamma=list(sweep.get("gammas", [5])),
-      max_new_tokens=sweep.get("max_new_tokens"),
-      batch_size=sweep.get("batch_size", 1), seed=sweep.get("seed", 0))
+  configs = sweep_configs(sweep)
+  warn_long_inputs(pair, examples)
   os.makedirs(output_dir, exist_ok=True)
   path = os.path.join(output_dir, "results.jsonl")
   harness.run(pair, configs, examples, path, progress=progress,

@@ -2,7 +2,9 @@
 
 Every parameter and cache axis has a logical name; :data:`LOGICAL_AXIS_RULES`
 maps logical names to mesh axes (t5x ``standard_logical_axis_rules`` style).
-Nothing else in the code base names mesh axes.
+Nothing else in the code base names mesh axes. Parameters' logical names are
+declared by the model layers that create them (``models.layers.
+param_with_axes``); :func:`param_logical_axes` reads those declarations.
 
 Logical axes:
     batch, cache_batch      rows of a batch (data parallel)
@@ -16,14 +18,14 @@ Logical axes:
 
 from __future__ import annotations
 
-import re
 from typing import Mapping, Sequence
 
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from specdec_jax.models.interface import flatten_params, unflatten_params
+from specdec_jax.models import axes as models_axes
+from specdec_jax.models.params import flatten_params, unflatten_params
 
 MESH_AXES = ("data", "fsdp", "model")
 
@@ -44,57 +46,38 @@ LOGICAL_AXIS_RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
     ("relpos_buckets", None),
 )
 
-# (path regex, logical axes) for every parameter of both families.
-_PARAM_AXES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    # T5 (t5x names, 2-D kernels)
-    (r"token_embedder/embedding$", ("vocab", "embed")),
-    (r"relpos_bias/rel_embedding$", ("heads", "relpos_buckets")),
-    (r"(attention|self_attention|encoder_decoder_attention)/"
-     r"(query|key|value)/kernel$", ("embed", "joined_kv")),
-    (r"(attention|self_attention|encoder_decoder_attention)/out/kernel$",
-     ("joined_kv", "embed")),
-    (r"mlp/wi_[01]/kernel$", ("embed", "mlp")),
-    (r"mlp/wo/kernel$", ("mlp", "embed")),
-    (r"logits_dense/kernel$", ("embed", "vocab")),
-    # Gemma (our layouts, see models/gemma.py)
-    (r"embedder/input_embedding$", ("vocab", "embed")),
-    (r"attn/q/kernel$", ("embed", "heads", "head_dim")),
-    (r"attn/kv/kernel$", ("embed", "stack", "kv_heads", "head_dim")),
-    (r"attn/out/kernel$", ("heads", "head_dim", "embed")),
-    (r"mlp/gating/kernel$", ("embed", "stack", "mlp")),
-    (r"mlp/linear/kernel$", ("mlp", "embed")),
-    # Norm scales of both families
-    (r"(norm|layer_norm)/scale$", ("embed",)),
-)
-
-
 def param_logical_axes(params: Mapping) -> dict:
-  """Logical axis names of every parameter.
+  """Logical axis names of every parameter, as the model layers declare them.
+
+  The names come from the families' declarations (each layer creates its
+  parameters with ``models.layers.param_with_axes``), collected by
+  ``models.axes``; a leaf is matched by the longest suffix of its path with
+  layer indices as wildcards.
 
   Args:
     params: nested parameter dict (arrays or ShapeDtypeStructs) of a T5Model
-      or GemmaModel; also works on merged trees ({'draft': ..., 'target':
-      ...}) since matching is by path suffix.
+      or GemmaModel of any size; also works on merged trees ({'draft': ...,
+      'target': ...}) since matching is by path suffix.
 
   Returns:
     A nested dict of the same structure whose leaves are tuples of logical
     axis names, one per array dimension.
 
   Raises:
-    ValueError if a parameter path has no rule or the rule's rank differs.
+    ValueError if a parameter has no declared axes or a different rank.
   """
   out = {}
   for path, leaf in flatten_params(params).items():
-    for pattern, axes in _PARAM_AXES:
-      if re.search(pattern, path):
-        if len(axes) != len(np.shape(leaf)):
-          raise ValueError(f"logical axes {axes} do not fit parameter '{path}'"
-                           f" of shape {np.shape(leaf)}")
-        out[path] = axes
-        break
-    else:
-      raise ValueError(f"no logical-axis rule for parameter '{path}'; add one "
-                       f"to specdec_jax/sharding.py")
+    axes = models_axes.lookup(path)
+    if axes is None:
+      raise ValueError(
+          f"no logical-axis rule for parameter '{path}'; no model family "
+          f"declares it: create it with specdec_jax.models.layers."
+          f"param_with_axes (giving its logical axis names)")
+    if len(axes) != len(np.shape(leaf)):
+      raise ValueError(f"logical axes {axes} do not fit parameter '{path}'"
+                       f" of shape {np.shape(leaf)}")
+    out[path] = axes
   return unflatten_params(out)
 
 

@@ -41,7 +41,8 @@ def _build(files, bindings=(), monkeypatch=None):
   def fake_decode(drafter, verifier, method, sampling, *args):
     seen.update(drafter=drafter, verifier=verifier, method=method,
                 sampling=sampling, args=args)
-    return []
+    return runs.DecodeReport(rows=[], new_rows=[], resumed=0, failed=[],
+                             seconds=0.0, output=None)
 
   monkeypatch.setattr(runs, "run_decode", fake_decode)
   main.run()

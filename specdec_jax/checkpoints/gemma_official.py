@@ -30,13 +30,14 @@ the reader transposes each leaf on the host as it is restored.
 from __future__ import annotations
 
 import functools
+import os
 from typing import Callable
 
 import numpy as np
 from etils import epath
 
 from specdec_jax import models
-from specdec_jax.checkpoints import loader
+from specdec_jax.checkpoints import checksums, loader
 from specdec_jax.models import GemmaConfig, GemmaModel
 
 # (destination, source names, fn(*sources) -> destination array)
@@ -177,6 +178,15 @@ def _layout(tree, path: str) -> tuple[str, tuple[str, ...]]:
   return "nested", ()
 
 
+def item_manifest(item: str) -> checksums.Manifest | None:
+  """The checksum manifest of an Orbax item directory (or its Kauldron step
+  directory)."""
+  parent = os.path.dirname(str(item).rstrip("/"))
+  extra = (parent,) if os.path.basename(str(item).rstrip("/")) == (
+      "default") else ()
+  return checksums.find(item, *extra)
+
+
 def _item_dir(path: str) -> str:
   p = epath.Path(path)
   if not p.exists():
@@ -245,7 +255,8 @@ def _check(official: _Official, expected: dict[str, tuple], path: str,
 
 def load_gemma(path: str, model, dtype="bfloat16",
                sharding: loader.ShardingArg = None,
-               progress: bool | None = None) -> dict:
+               progress: bool | None = None,
+               verify_checksums: bool = True) -> dict:
   """Restores an official Gemma 1 / Gemma 2 Flax checkpoint into our layout.
 
   Args:
@@ -256,6 +267,8 @@ def load_gemma(path: str, model, dtype="bfloat16",
     sharding: None, a Sharding, or fn(path, shape) -> Sharding (our paths
       and shapes).
     progress: progress bar (None: automatic above ~200 MB).
+    verify_checksums: check every leaf read against the checkpoint's
+      ``checksums.json`` (written by :func:`save_gemma`) when it has one.
 
   Returns:
     Nested parameter dict of jax.Arrays in our layout, read leaf by leaf.
@@ -265,7 +278,9 @@ def load_gemma(path: str, model, dtype="bfloat16",
     raise ValueError(f"official Gemma checkpoints hold Gemma models, got "
                      f"{type(model).__name__}")
   cfg = model.config
-  reader = loader.OrbaxReader(_item_dir(path))
+  item = _item_dir(path)
+  manifest = item_manifest(item) if verify_checksums else None
+  reader = loader.OrbaxReader(item, manifest)
   official = _Official(reader, *_layout(reader.tree, str(path)))
   use_qkv = "layer_0/attn/qkv_einsum/w" in official.names
   _check(official, official_shapes(cfg, use_qkv), str(path), cfg)
@@ -290,6 +305,9 @@ def save_gemma(path: str, model, params, layout: str = "flat") -> None:
     params: our nested parameter dict (leaves are copied to the host).
     layout: 'flat' (as the official releases) or 'nested' (as
       ``gm.ckpts.save_params``).
+
+  A ``checksums.json`` (SHA-256 per stored leaf, keyed by its Orbax keys
+  joined with '/') is written into ``path`` and checked by :func:`load_gemma`.
   """
   import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
   model = loader.resolve_model(model)
@@ -313,6 +331,8 @@ def save_gemma(path: str, model, params, layout: str = "flat") -> None:
     raise ValueError(f"{str(path)!r} already exists; remove it first")
   with ocp.StandardCheckpointer() as ckptr:
     ckptr.save(path, tree)
+  checksums.write_arrays(path, (("/".join(keys), arr) for keys, arr
+                                in checksums.flatten_keys(tree)))
 
 
 __all__ = ["load_gemma", "official_shapes", "save_gemma"]

@@ -30,7 +30,7 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from specdec_jax import models
-from specdec_jax.checkpoints import hf_convert, loader
+from specdec_jax.checkpoints import checksums, hf_convert, loader
 from specdec_jax.models import GemmaModel, T5Model
 
 CONFIG = "config.json"
@@ -51,10 +51,12 @@ class SafetensorsFiles(Mapping):
   """Lazy ``{name: np.ndarray}`` over one or more safetensors files.
 
   Only the headers are read on construction; ``files[name]`` reads (memory
-  maps) one tensor.
+  maps) one tensor and, with a ``manifest``, checks its checksum.
   """
 
-  def __init__(self, files: list[str]):
+  def __init__(self, files: list[str],
+               manifest: checksums.Manifest | None = None):
+    self.manifest = manifest
     self._where: dict[str, str] = {}
     self._handles = {}
     for file in files:
@@ -76,7 +78,10 @@ class SafetensorsFiles(Mapping):
     # A fresh handle per tensor: the file is memory-mapped, and a handle kept
     # open keeps every page it has read resident (RSS grows by the file size).
     with safe_open(self._where[name], framework="numpy") as handle:
-      return handle.get_tensor(name)
+      arr = handle.get_tensor(name)
+    if self.manifest is not None:
+      self.manifest.check(name, arr, repr(self._where[name]))
+    return arr
 
   def __iter__(self) -> Iterator[str]:
     return iter(self._where)
@@ -158,7 +163,7 @@ def model_from_hf_config(config: Mapping, path: str = "config"):
 
 
 def load_hf(path: str, dtype="bfloat16", sharding: loader.ShardingArg = None,
-            progress: bool | None = None):
+            progress: bool | None = None, verify_checksums: bool = True):
   """Loads an HF safetensors checkpoint (single file or sharded).
 
   Args:
@@ -166,13 +171,16 @@ def load_hf(path: str, dtype="bfloat16", sharding: loader.ShardingArg = None,
     dtype: dtype of the restored leaves; None keeps the stored dtype.
     sharding: None, a Sharding, or fn(path, shape) -> Sharding.
     progress: progress bar (None: automatic above ~200 MB).
+    verify_checksums: check every tensor read against the checkpoint's
+      ``checksums.json`` when it has one (``checksums.py``).
 
   Returns:
     (model, params): a T5Model or GemmaModel from config.json and its params.
   """
   path = str(path)
   model, rules, tied = model_from_hf_config(read_config(path), path)
-  files = SafetensorsFiles(_files(path))
+  manifest = checksums.find(path) if verify_checksums else None
+  files = SafetensorsFiles(_files(path), manifest)
   if isinstance(model, T5Model) and "lm_head.weight" not in files:
     raise ValueError(f"{path!r} has no 'lm_head.weight': T5 with the output "
                      f"projection tied to the embedding (the original T5, not "
@@ -234,7 +242,9 @@ def save_hf(path: str, model, params, max_shard_bytes: int | None = None
   """Writes an HF checkpoint that ``AutoModelFor*.from_pretrained`` loads.
 
   Tensors keep the parameters' dtype (config.json's ``dtype`` says which).
-  Previous weight files of ``path`` are removed first.
+  Previous weight files of ``path`` are removed first. A ``checksums.json``
+  (SHA-256 per tensor; transformers ignores it) is written last and checked
+  by :func:`load_hf`.
 
   Args:
     path: output directory (created if needed).
@@ -257,7 +267,8 @@ def save_hf(path: str, model, params, max_shard_bytes: int | None = None
            else hf_convert.gemma_rules_to_hf(model.config))
   os.makedirs(path, exist_ok=True)
   _remove_old_weights(path)
-  written = []
+  checksums.remove(path)
+  written, sums = [], {}
   current, size = {}, 0
   for name, sources, fn in rules:
     arr = np.ascontiguousarray(fn(*(np.asarray(flat[s]) for s in sources)))
@@ -266,6 +277,7 @@ def save_hf(path: str, model, params, max_shard_bytes: int | None = None
       written.append(_write_shard(path, len(written), current))
       current, size = {}, 0
     current[name] = arr
+    sums[name] = checksums.entry(arr)
     size += arr.nbytes
   written.append(_write_shard(path, len(written), current))
   n = len(written)
@@ -282,6 +294,7 @@ def save_hf(path: str, model, params, max_shard_bytes: int | None = None
                  "weight_map": dict(sorted(weight_map.items()))}, f, indent=1)
   with open(os.path.join(path, CONFIG), "w") as f:
     json.dump(config, f, indent=1)
+  checksums.write(path, sums)
 
 
 def _write_shard(path: str, i: int, tensors: dict[str, np.ndarray]):

@@ -26,6 +26,14 @@ host copies. ``sharding`` is None (default device), one
 ``jax.sharding.Sharding`` for every leaf, or ``fn(path, shape) -> Sharding``
 (our paths and shapes); leaves stored in TensorStore (T5X) are read per
 device slice, and replicated slices once.
+
+Checksums. Every :func:`save` writes ``checksums.json`` (SHA-256 of every
+stored tensor, ``checksums.py``); :func:`load` checks each tensor as it is
+read and raises ``checksums.ChecksumError`` naming it on a mismatch. A
+checked T5X leaf is read whole once (the checksum covers the whole tensor)
+and sliced on the host; ``verify_checksums=False`` skips the check and reads
+per device slice again. Checkpoints without a manifest load unchecked; see
+``verify.py`` for a finiteness / statistics check of those.
 """
 
 from __future__ import annotations
@@ -43,7 +51,7 @@ import tqdm
 from etils import epath
 
 from specdec_jax import models
-from specdec_jax.checkpoints import native
+from specdec_jax.checkpoints import checksums, native
 from specdec_jax.models import GemmaModel, T5Model
 
 ShardingFn = Callable[[str, tuple[int, ...]], jax.sharding.Sharding]
@@ -125,6 +133,8 @@ def read_leaf(leaf: Leaf, dtype, what: str, index: Index | None = None
   """Reads ``leaf`` (or ``leaf[index]``) as ``dtype``; errors name the leaf."""
   try:
     arr = np.asarray(leaf.read(dtype, index))
+  except checksums.ChecksumError:
+    raise  # names the tensor and the file already
   except Exception as e:  # TensorStore, Orbax and safetensors errors alike
     raise _ReadError(f"{what}: cannot read '{leaf.path}' from {leaf.source}: "
                      f"{e}; the checkpoint is truncated or corrupt") from e
@@ -157,7 +167,7 @@ def _place(leaf: Leaf, dtype, sharding: ShardingArg, what: str) -> jax.Array:
       return host[index]
   try:
     return jax.make_array_from_callback(tuple(leaf.shape), s, callback)
-  except _ReadError:
+  except (_ReadError, checksums.ChecksumError):
     raise
   except ValueError as e:
     raise ValueError(f"{what}: cannot place '{leaf.path}' {tuple(leaf.shape)} "
@@ -226,11 +236,15 @@ class OrbaxReader:
   Attributes:
     directory: the checkpoint item directory (holding ``_METADATA``).
     tree: nested dict of Orbax value metadata (``.shape``, ``.dtype``).
+    manifest: checksums checked on every read (None: no check); a leaf's
+      stored name is its keys joined by '/'.
   """
 
-  def __init__(self, directory: str):
+  def __init__(self, directory: str,
+               manifest: checksums.Manifest | None = None):
     import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
     self._ocp = ocp
+    self.manifest = manifest
     self.directory = str(directory)
     self._ckptr = ocp.PyTreeCheckpointer()
     try:
@@ -246,15 +260,26 @@ class OrbaxReader:
     self.tree = tree
 
   def read(self, keys: tuple[str, ...], dtype=None) -> np.ndarray:
-    """Restores the one leaf at ``keys`` as numpy, cast to ``dtype``."""
-    item, args = 0, self._ocp.RestoreArgs(restore_type=np.ndarray, dtype=dtype)
+    """Restores the one leaf at ``keys`` as numpy, cast to ``dtype``.
+
+    With a manifest the leaf is restored in its stored dtype, checked, then
+    cast.
+    """
+    check = self.manifest is not None
+    item, args = 0, self._ocp.RestoreArgs(restore_type=np.ndarray,
+                                          dtype=None if check else dtype)
     for key in reversed(keys):
       item, args = {key: item}, {key: args}
     out = self._ckptr.restore(self.directory, args=self._ocp.args.PyTreeRestore(
         item=item, restore_args=args, partial_restore=True))
     for key in keys:
       out = out[key]
-    return np.asarray(out)
+    arr = np.asarray(out)
+    if check:
+      self.manifest.check("/".join(keys), arr, repr(self.directory))
+      if dtype is not None and arr.dtype != dtype:
+        arr = arr.astype(dtype)
+    return arr
 
   def leaf(self, path: str, keys: tuple[str, ...]) -> Leaf:
     """A :class:`Leaf` of our ``path`` read unchanged from ``keys``."""
@@ -345,7 +370,8 @@ def _same_config(model, ckpt_model, path: str) -> None:
                        f"config")
 
 
-def _load_native(path: str, dtype, sharding, progress):
+def _load_native(path: str, dtype, sharding, progress,
+                 verify_checksums: bool = True):
   from specdec_jax.checkpoints import hf  # pylint: disable=g-import-not-at-top
   with open(os.path.join(path, native.CONFIG)) as f:
     try:
@@ -354,7 +380,8 @@ def _load_native(path: str, dtype, sharding, progress):
       raise ValueError(f"{os.path.join(path, native.CONFIG)} is not valid "
                        f"JSON: {e}") from None
   model = models.model_from_config(native.config_from_dict(meta))
-  files = hf.SafetensorsFiles([os.path.join(path, native.PARAMS)])
+  manifest = checksums.find(path) if verify_checksums else None
+  files = hf.SafetensorsFiles([os.path.join(path, native.PARAMS)], manifest)
   leaves = [files.leaf(name, name) for name in files.names()]
   return model, restore(leaves, model, dtype=dtype, sharding=sharding,
                         progress=progress, source=path)
@@ -363,7 +390,8 @@ def _load_native(path: str, dtype, sharding, progress):
 def load(path: str, model=None, *,
          format: str = "auto",  # pylint: disable=redefined-builtin
          dtype="bfloat16", sharding: ShardingArg = None,
-         subtree: str = "target", progress: bool | None = None):
+         subtree: str = "target", progress: bool | None = None,
+         verify_checksums: bool = True):
   """Loads any supported checkpoint (see the module docstring).
 
   Args:
@@ -379,12 +407,16 @@ def load(path: str, model=None, *,
     subtree: T5X only: the tree to read, e.g. 'target/draft' in a merged
       two-model checkpoint.
     progress: progress bar (None: automatic above ~200 MB).
+    verify_checksums: check every tensor against the checkpoint's
+      ``checksums.json`` (written by :func:`save`) when it has one; a
+      mismatch raises ``checksums.ChecksumError`` naming the tensor.
 
   Returns:
     (model, params).
   """
   # pylint: disable=g-import-not-at-top  (the format modules import this one)
   from specdec_jax.checkpoints import gemma_official, hf, t5x
+  check = dict(verify_checksums=verify_checksums)
   fmt = detect_format(path) if format == "auto" else format
   if fmt not in FORMATS + ("t5x_tf",):
     raise ValueError(f"unknown checkpoint format {format!r}; expected 'auto' "
@@ -395,10 +427,11 @@ def load(path: str, model=None, *,
                      f"{fmt!r}")
   if fmt in ("native", "hf"):
     if fmt == "native":
-      ckpt_model, params = _load_native(path, dtype, sharding, progress)
+      ckpt_model, params = _load_native(path, dtype, sharding, progress,
+                                        **check)
     else:
       ckpt_model, params = hf.load_hf(path, dtype=dtype, sharding=sharding,
-                                      progress=progress)
+                                      progress=progress, **check)
     if model is None:
       return ckpt_model, params
     _same_config(model, ckpt_model, path)
@@ -409,9 +442,10 @@ def load(path: str, model=None, *,
                      f"or a model object)")
   if fmt == "gemma":
     return model, gemma_official.load_gemma(
-        path, model, dtype=dtype, sharding=sharding, progress=progress)
+        path, model, dtype=dtype, sharding=sharding, progress=progress,
+        **check)
   return model, t5x.load_t5x(path, model, dtype=dtype, sharding=sharding,
-                             subtree=subtree, progress=progress)
+                             subtree=subtree, progress=progress, **check)
 
 
 def save(path: str, model, params,
@@ -426,6 +460,9 @@ def save(path: str, model, params,
     format: 'native', 'hf', 't5x' (legacy), 't5x_orbax' or 'gemma'.
     **options: passed to the writer (native: dtype; hf: max_shard_bytes;
       t5x: step, dtype; gemma: layout).
+
+  Every format gets a ``checksums.json`` (SHA-256 of every stored tensor),
+  which :func:`load` checks.
   """
   # pylint: disable=g-import-not-at-top  (the format modules import this one)
   from specdec_jax.checkpoints import gemma_official, hf, t5x

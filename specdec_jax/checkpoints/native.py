@@ -1,7 +1,9 @@
-"""specdec_jax's own checkpoint format: a directory with two files.
+"""specdec_jax's own checkpoint format: a directory with three files.
 
     <dir>/config.json         {"family": "t5" | "gemma", "config": {...}}
     <dir>/params.safetensors  every leaf under its '/'-joined path
+    <dir>/checksums.json      SHA-256 of every leaf (``checksums.py``),
+                              checked on load; optional (older checkpoints)
 
 Small, dependency-light (safetensors + numpy), and exact: float32 and
 bfloat16 leaves round-trip bit for bit. The built-in default models ship in
@@ -19,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
+from specdec_jax.checkpoints import checksums
 from specdec_jax.models import (GemmaConfig, T5Config, flatten_params,
                                 model_from_config, unflatten_params)
 
@@ -67,6 +70,7 @@ def save(path: str, model, params, dtype: str | None = None) -> None:
   """
   model.check_params(params)
   os.makedirs(path, exist_ok=True)
+  checksums.remove(path)
   flat = {}
   for name, leaf in flatten_params(params).items():
     arr = np.asarray(leaf)
@@ -76,6 +80,7 @@ def save(path: str, model, params, dtype: str | None = None) -> None:
   save_file(flat, os.path.join(path, PARAMS))
   with open(os.path.join(path, CONFIG), "w") as f:
     json.dump(config_to_dict(model.config), f, indent=1)
+  checksums.write_arrays(path, flat.items())
 
 
 def is_native(path: str) -> bool:
@@ -83,12 +88,15 @@ def is_native(path: str) -> bool:
       os.path.join(path, PARAMS))
 
 
-def load(path: str, dtype: str | None = "float32"):
+def load(path: str, dtype: str | None = "float32",
+         verify_checksums: bool = True):
   """Reads a native checkpoint.
 
   Args:
     path: directory written by :func:`save`.
     dtype: dtype of the returned leaves (None keeps the stored dtype).
+    verify_checksums: check every leaf against ``checksums.json`` when the
+      checkpoint has one.
 
   Returns:
     (model, params).
@@ -111,6 +119,10 @@ def load(path: str, dtype: str | None = "float32"):
   except Exception as e:  # safetensors raises its own error types
     raise ValueError(f"cannot read {os.path.join(path, PARAMS)}: {e}; the "
                      f"file is truncated or corrupt") from None
+  manifest = checksums.find(path) if verify_checksums else None
+  if manifest is not None:
+    for name in sorted(flat):
+      manifest.check(name, flat[name], os.path.join(path, PARAMS))
   if dtype is not None:
     target = jnp.dtype(dtype)
     flat = {k: v.astype(target) if v.dtype != target else v

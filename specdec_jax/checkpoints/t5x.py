@@ -52,7 +52,7 @@ from etils import epath
 from flax import serialization
 
 from specdec_jax import models
-from specdec_jax.checkpoints import loader
+from specdec_jax.checkpoints import checksums, loader
 from specdec_jax.models import T5Model
 
 VERSION = 3
@@ -209,39 +209,71 @@ def _open(spec: dict):
   return store
 
 
-def _zarr_leaf(path: str, spec: Mapping, step_dir: str) -> loader.Leaf:
+def _zarr_leaf(path: str, spec: Mapping, step_dir: str,
+               manifest: checksums.Manifest | None = None,
+               name: str = "") -> loader.Leaf:
+  """A leaf stored as one zarr array; with a manifest it is read whole (in
+  its stored dtype, checked, then cast) instead of per device slice."""
   abs_spec = absolute_spec(spec, step_dir)
   store = functools.cache(lambda: _open(abs_spec))
   meta = abs_spec.get("metadata", {})
   dtype = abs_spec.get("dtype") or meta.get("dtype")
   dtype = np.dtype(jnp.dtype(dtype)) if dtype else store().dtype.numpy_dtype
   shape = tuple(meta["shape"]) if "shape" in meta else store().shape
+  where = repr(abs_spec["kvstore"]["path"])
 
   def read(dt, index):
     s = store()
+    if manifest is not None:
+      arr = s.read().result()
+      manifest.check(name, arr, where)
+      return arr if dt is None or arr.dtype == dt else arr.astype(dt)
     if dt is not None and s.dtype.numpy_dtype != dt:
       s = ts.cast(s, np.dtype(dt).name)
     return (s if index is None else s[index]).read().result()
 
   return loader.Leaf(path=path, shape=shape, dtype=dtype, read=read,
-                     sliced=True,
-                     source=f"zarr array {abs_spec['kvstore']['path']!r}")
+                     sliced=manifest is None, source=f"zarr array {where}")
 
 
-def _inline_leaf(path: str, value) -> loader.Leaf:
+def _inline_leaf(path: str, value, manifest: checksums.Manifest | None = None,
+                 name: str = "") -> loader.Leaf:
   arr = np.asarray(value)
-  return loader.Leaf(path=path, shape=arr.shape, dtype=arr.dtype,
-                     read=lambda dt, index: arr,
+
+  def read(dt, index):
+    del dt, index
+    if manifest is not None:
+      manifest.check(name, arr, "the msgpack")
+    return arr
+
+  return loader.Leaf(path=path, shape=arr.shape, dtype=arr.dtype, read=read,
                      source="an array inline in the msgpack")
 
 
-def t5x_leaves(path: str, subtree: str = "target") -> list[loader.Leaf]:
-  """The leaves of ``subtree`` of a T5X checkpoint (legacy or Orbax)."""
+def find_manifest(kind: str, where: str) -> checksums.Manifest | None:
+  """The checksum manifest of a located T5X checkpoint (in its step dir)."""
+  if kind == "orbax":
+    parent = os.path.dirname(where.rstrip("/"))
+    extra = (parent,) if os.path.basename(where.rstrip("/")) in (
+        "state", "default") else ()
+    return checksums.find(where, *extra)
+  return checksums.find(os.path.dirname(where))
+
+
+def t5x_leaves(path: str, subtree: str = "target",
+               verify_checksums: bool = True) -> list[loader.Leaf]:
+  """The leaves of ``subtree`` of a T5X checkpoint (legacy or Orbax).
+
+  With ``verify_checksums`` and a ``checksums.json`` in the step directory,
+  every leaf is checked when it is read.
+  """
   kind, where = locate_t5x(path)
   if kind == "t5x_tf":
     raise _tf_error(path)
+  manifest = find_manifest(kind, where) if verify_checksums else None
+  full = lambda p: f"{subtree.strip('/')}/{p}"
   if kind == "orbax":
-    reader = loader.OrbaxReader(where)
+    reader = loader.OrbaxReader(where, manifest)
     prefix = tuple(subtree.strip("/").split("/"))
     _subtree(reader.tree, subtree, where)
     return [reader.leaf("/".join(keys[len(prefix):]), keys)
@@ -249,17 +281,19 @@ def t5x_leaves(path: str, subtree: str = "target") -> list[loader.Leaf]:
                                                prefix)]
   step_dir = os.path.dirname(where)
   tree = _subtree(_read_msgpack(where), subtree, where)
-  return [_zarr_leaf(p, v, step_dir) if _is_spec(v) else _inline_leaf(p, v)
-          for p, v in _walk(tree)]
+  return [_zarr_leaf(p, v, step_dir, manifest, full(p)) if _is_spec(v)
+          else _inline_leaf(p, v, manifest, full(p)) for p, v in _walk(tree)]
 
 
-def load_t5x_tree(path: str, dtype=None, subtree: str = "target") -> dict:
+def load_t5x_tree(path: str, dtype=None, subtree: str = "target",
+                  verify_checksums: bool = True) -> dict:
   """The whole tree under ``subtree`` (default 'target') as numpy arrays.
 
   Args:
     path: checkpoint (see :func:`locate_t5x`), legacy or Orbax.
     dtype: cast floating-point leaves to this dtype (None: as stored).
     subtree: '/'-separated path in the checkpoint's state dict.
+    verify_checksums: check leaves against ``checksums.json`` if present.
 
   Returns:
     Nested dict of np.ndarray (e.g. {'draft': ..., 'target': ...} for a
@@ -267,7 +301,7 @@ def load_t5x_tree(path: str, dtype=None, subtree: str = "target") -> dict:
   """
   dt = loader.target_dtype(dtype)
   flat = {}
-  for leaf in t5x_leaves(path, subtree):
+  for leaf in t5x_leaves(path, subtree, verify_checksums):
     cast = dt if jnp.issubdtype(leaf.dtype, jnp.floating) else None
     flat[leaf.path] = loader.read_leaf(leaf, cast, f"checkpoint {path!r}")
   return models.unflatten_params(flat)
@@ -275,7 +309,8 @@ def load_t5x_tree(path: str, dtype=None, subtree: str = "target") -> dict:
 
 def load_t5x(path: str, model, dtype="bfloat16",
              sharding: loader.ShardingArg = None, subtree: str = "target",
-             progress: bool | None = None) -> dict:
+             progress: bool | None = None,
+             verify_checksums: bool = True) -> dict:
   """Restores the T5 parameters of a T5X checkpoint (legacy or Orbax).
 
   Args:
@@ -286,6 +321,8 @@ def load_t5x(path: str, model, dtype="bfloat16",
     subtree: the parameters' place in the state dict: 'target', or e.g.
       'target/draft' in a merged two-model checkpoint.
     progress: progress bar (None: automatic above ~200 MB).
+    verify_checksums: check every leaf against the step directory's
+      ``checksums.json`` when it has one (leaves are then read whole).
 
   Returns:
     Nested parameter dict of jax.Arrays, read leaf by leaf.
@@ -295,7 +332,8 @@ def load_t5x(path: str, model, dtype="bfloat16",
     raise ValueError(f"T5X checkpoints hold T5 models, got "
                      f"{type(model).__name__}")
   source = str(path) if subtree == "target" else f"{path}:{subtree}"
-  return loader.restore(t5x_leaves(path, subtree), model, dtype=dtype,
+  return loader.restore(t5x_leaves(path, subtree, verify_checksums), model,
+                        dtype=dtype,
                         sharding=sharding, progress=progress, source=source)
 
 
@@ -346,7 +384,8 @@ def save_t5x(path: str, target: Mapping, step: int = 0,
   """Writes a T5X checkpoint directory (what t5x writes as checkpoint_<step>).
 
   The checkpoint holds ``target`` and the step but no optimizer state
-  (``param_states`` is empty).
+  (``param_states`` is empty), plus ``checksums.json`` (SHA-256 of every
+  stored target array, keyed 'target/...'; t5x ignores the file).
 
   Args:
     path: the step directory to create, e.g. '/out/checkpoint_1000' (must
@@ -382,7 +421,7 @@ def _save_legacy(path: str, target: Mapping, step: int, dtype) -> None:
   final = path.rstrip("/")
   tmp = final if gcs else f"{final}.tmp-{int(time.time())}"
   epath.Path(tmp).mkdir(parents=True, exist_ok=True)
-  written = {}
+  written, sums = {}, {}
   try:
     for name, leaf in models.flatten_params(target).items():
       arr = _host(leaf, dtype)
@@ -391,11 +430,13 @@ def _save_legacy(path: str, target: Mapping, step: int, dtype) -> None:
                       open=True, context=_CONTEXT).result()
       store.write(arr).result()
       written[name] = spec
+      sums[f"target/{name}"] = checksums.entry(arr)
     contents = {"version": VERSION, "optimizer": {
         "target": models.unflatten_params(written),
         "state": {"step": np.int32(step), "param_states": {}}}}
     (epath.Path(tmp) / "checkpoint").write_bytes(
         serialization.msgpack_serialize(contents))
+    checksums.write(tmp, sums)
   except BaseException:
     if not gcs:
       shutil.rmtree(tmp, ignore_errors=True)
@@ -416,8 +457,12 @@ def _save_orbax(path: str, target: Mapping, step: int, dtype) -> None:
   with ocp.Checkpointer(handler) as ckptr:
     ckptr.save(path, args=ocp.args.Composite(
         state=ocp.args.PyTreeSave(tree, save_args=save_args)))
+  checksums.write_arrays(path, (
+      (f"target/{name}", _host(leaf, dtype))
+      for name, leaf in models.flatten_params(tree["target"]).items()))
 
 
-__all__ = ["absolute_spec", "chunk_shape", "detect_t5x_format", "load_t5x",
+__all__ = ["absolute_spec", "chunk_shape", "detect_t5x_format",
+           "find_manifest", "load_t5x",
            "load_t5x_tree", "locate_t5x", "relative_spec", "save_t5x",
            "t5x_leaves"]

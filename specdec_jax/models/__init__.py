@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 
+from specdec_jax.models.base import FlaxDecodeModel, early_exit
 from specdec_jax.models.cache import KVCache, LayerKV
 from specdec_jax.models.gemma import GEMMA_PRESETS, GemmaConfig, GemmaModel
-from specdec_jax.models.interface import (DecodeModel, Encoded, check_params,
+from specdec_jax.models.interface import (DecodeModel, Encoded,
+                                          EncoderDecoderModel,
+                                          check_decode_model, check_params,
                                           check_tokens, flatten_params,
                                           unflatten_params)
 from specdec_jax.models.t5 import T5_PRESETS, T5Config, T5Model
@@ -43,8 +46,8 @@ def get_model(name: str, **overrides) -> T5Model | GemmaModel:
 
 
 __all__ = [
-    "DecodeModel", "Encoded", "GemmaConfig", "GemmaModel", "KVCache",
-    "LayerKV", "PRESETS", "T5Config", "T5Model", "check_params",
-    "check_tokens", "flatten_params", "get_model", "model_from_config",
-    "unflatten_params",
+    "DecodeModel", "Encoded", "EncoderDecoderModel", "FlaxDecodeModel", "GemmaConfig", "GemmaModel",
+    "KVCache", "LayerKV", "PRESETS", "T5Config", "T5Model",
+    "check_decode_model", "check_params", "check_tokens", "early_exit",
+    "flatten_params", "get_model", "model_from_config", "unflatten_params",
 ]

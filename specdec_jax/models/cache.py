@@ -73,6 +73,56 @@ class KVCache:
     """
     return self.replace(lengths=jnp.asarray(lengths, jnp.int32))
 
+  def commit(self, start: jax.Array, path: jax.Array,
+             count: jax.Array) -> KVCache:
+    """Keeps an accepted root-to-leaf path of a block, contiguously.
+
+    The block was written at slots ``[start, start + N)``; node i of the
+    accepted path is block token ``path[b, i]``. For every row b and
+    ``i < count[b]``, slot ``start + i`` receives slot ``start + path[b, i]``
+    (keys and values of every self-attention layer; cross-attention K/V are
+    untouched), then ``lengths = start + count``. Slots ``< start`` never
+    change. With ``path = arange(D)`` this is the chain case (a plain
+    ``with_lengths(start + count)``).
+
+    Example (one row): start 5, block [r, a, b, c] at slots 5..8, accepted
+    path r -> b (path [0, 2, x], count 2): slots 5, 6 hold r, b; lengths 7.
+
+    Args:
+      start: [B] int32 slot of the block's first token (its cached prefix
+        length before the block step).
+      path: [B, D] int32 block-relative indices, ascending along the path
+        (``path[b, i] >= i``); entries at ``i >= count[b]`` are ignored (any
+        in-range value). D is static and at most ``max_length``.
+      count: [B] int32 accepted path lengths, 0..D.
+
+    Returns:
+      The cache with the path compacted and ``lengths = start + count``.
+    """
+    start = jnp.asarray(start, jnp.int32)
+    path = jnp.asarray(path, jnp.int32)
+    count = jnp.asarray(count, jnp.int32)
+    width = path.shape[1]
+    if width > self.max_length:
+      raise ValueError(f"commit path width {width} exceeds the cache's "
+                       f"max_length {self.max_length}")
+    # Read and write the D-slot window at `base` (= start unless it would
+    # overrun, where dynamic_update_slice would silently shift the write).
+    base = jnp.clip(start, 0, self.max_length - width)  # [B]
+    i = base[:, None] + jnp.arange(width, dtype=jnp.int32) - start[:, None]
+    use = (i >= 0) & (i < count[:, None])  # [B, D] window slot takes a node
+    src = start[:, None] + jnp.take_along_axis(
+        path, jnp.clip(i, 0, width - 1), axis=1)  # [B, D] source slots
+    src = jnp.where(use, src, base[:, None] + jnp.arange(width))
+
+    def one_row(buf, src_row, at):  # [T, H, Dh], [D], [] -> [T, H, Dh]
+      return lax.dynamic_update_slice_in_dim(buf, buf[src_row], at, 0)
+
+    move = jax.vmap(one_row)
+    layers = tuple(LayerKV(k=move(kv.k, src, base), v=move(kv.v, src, base))
+                   for kv in self.layers)
+    return self.replace(lengths=start + count, layers=layers)
+
 
 def init_layers(
     batch: int,

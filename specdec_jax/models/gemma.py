@@ -37,139 +37,32 @@ import jax
 import jax.numpy as jnp
 
 from specdec_jax.models import cache as cache_lib
+from specdec_jax.models import masks as masks_lib
+from specdec_jax.models.base import FlaxDecodeModel
 from specdec_jax.models.cache import KVCache, LayerKV
-from specdec_jax.models.interface import FlaxDecodeModel, check_tokens
+from specdec_jax.models.gemma_config import (GEMMA_PRESETS, GLOBAL, LOCAL,
+                                             GemmaConfig)
+from specdec_jax.models.interface import check_tokens
 from specdec_jax.models.layers import (RMSNorm, apply_rope, attend, dtype_of,
-                                       gelu_tanh, soft_cap)
+                                       gelu_tanh, param_with_axes, soft_cap)
 
-GLOBAL = "global"
-LOCAL = "local"
-
-
-@dataclasses.dataclass(frozen=True)
-class GemmaConfig:
-  """Hyperparameters of a Gemma 1 / Gemma 2 model.
-
-  Attributes:
-    vocab_size: embedding rows (256128 for the public checkpoints).
-    d_model: embedding / residual width.
-    num_layers: transformer blocks.
-    num_heads: query heads.
-    num_kv_heads: key/value heads (1 = MQA, < heads = GQA).
-    head_dim: size of each head.
-    mlp_dim: hidden size of the GeGLU MLP.
-    attention_types: per-layer 'global' or 'local' (sliding window); its
-      length must equal num_layers.
-    sliding_window: window of the local layers (4096 for Gemma 2).
-    query_pre_attn_scalar: queries are multiplied by this ** -0.5
-      (head_dim for all but Gemma 2 27B, where it is d_model / num_heads).
-    attn_logit_softcap: Gemma 2: 50.0; None disables.
-    final_logit_softcap: Gemma 2: 30.0; None disables.
-    use_post_attn_norm: Gemma 2 post-attention norm.
-    use_post_ffw_norm: Gemma 2 post-FFW norm.
-    transpose_gating_einsum: the official checkpoint stores the gating kernel
-      as [2, mlp, d] (9B / 27B) instead of [2, d, mlp]; only the checkpoint
-      reader uses it (our own layout is the same for every size).
-    rope_base: RoPE base frequency.
-    norm_eps: RMSNorm epsilon.
-    dtype: compute dtype.
-    param_dtype: parameter dtype.
-    pad_id, eos_id, bos_id: special ids of the Gemma tokenizer.
-  """
-
-  vocab_size: int = 256128
-  d_model: int = 2048
-  num_layers: int = 18
-  num_heads: int = 8
-  num_kv_heads: int = 1
-  head_dim: int = 256
-  mlp_dim: int = 16384
-  attention_types: tuple[str, ...] = ()
-  sliding_window: int | None = None
-  query_pre_attn_scalar: float | None = None
-  attn_logit_softcap: float | None = None
-  final_logit_softcap: float | None = None
-  use_post_attn_norm: bool = False
-  use_post_ffw_norm: bool = False
-  transpose_gating_einsum: bool = False
-  rope_base: float = 10_000.0
-  norm_eps: float = 1e-6
-  dtype: str = "float32"
-  param_dtype: str = "float32"
-  pad_id: int = 0
-  eos_id: int = 1
-  bos_id: int = 2
-
-  def __post_init__(self):
-    for field in ("vocab_size", "d_model", "num_layers", "num_heads",
-                  "num_kv_heads", "head_dim", "mlp_dim"):
-      if int(getattr(self, field)) < 1:
-        raise ValueError(f"GemmaConfig.{field} must be >= 1, got "
-                         f"{getattr(self, field)}")
-    if self.num_heads % self.num_kv_heads:
-      raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of "
-                       f"num_kv_heads ({self.num_kv_heads})")
-    if not self.attention_types:
-      object.__setattr__(self, "attention_types", (GLOBAL,) * self.num_layers)
-    if len(self.attention_types) != self.num_layers:
-      raise ValueError(f"attention_types has {len(self.attention_types)} "
-                       f"entries, expected num_layers={self.num_layers}")
-    bad = [t for t in self.attention_types if t not in (GLOBAL, LOCAL)]
-    if bad:
-      raise ValueError(f"attention_types entries must be 'global' or 'local', "
-                       f"got {bad[0]!r}")
-    if LOCAL in self.attention_types and not self.sliding_window:
-      raise ValueError("local attention layers need sliding_window >= 1")
-    if self.query_pre_attn_scalar is None:
-      object.__setattr__(self, "query_pre_attn_scalar", float(self.head_dim))
-    dtype_of(self.dtype)
-    dtype_of(self.param_dtype)
-
-  def window(self, layer: int) -> int | None:
-    """Sliding window of ``layer`` (None for global layers)."""
-    return self.sliding_window if self.attention_types[layer] == LOCAL else None
-
-
-def _gemma2(num_layers, **kw) -> GemmaConfig:
-  return GemmaConfig(
-      num_layers=num_layers,
-      attention_types=(LOCAL, GLOBAL) * (num_layers // 2),
-      sliding_window=kw.pop("sliding_window", 4096), attn_logit_softcap=50.0,
-      final_logit_softcap=30.0, use_post_attn_norm=True,
-      use_post_ffw_norm=True, **kw)
-
-
-# Published hyperparameters (google-deepmind/gemma transformer configs).
-GEMMA_PRESETS: dict[str, GemmaConfig] = {
-    "gemma_2b": GemmaConfig(d_model=2048, num_layers=18, num_heads=8,
-                            num_kv_heads=1, head_dim=256, mlp_dim=16384),
-    "gemma_7b": GemmaConfig(d_model=3072, num_layers=28, num_heads=16,
-                            num_kv_heads=16, head_dim=256, mlp_dim=24576),
-    "gemma2_2b": _gemma2(26, d_model=2304, num_heads=8, num_kv_heads=4,
-                         head_dim=256, mlp_dim=9216),
-    "gemma2_9b": _gemma2(42, d_model=3584, num_heads=16, num_kv_heads=8,
-                         head_dim=256, mlp_dim=14336,
-                         transpose_gating_einsum=True),
-    "gemma2_27b": _gemma2(46, d_model=4608, num_heads=32, num_kv_heads=16,
-                          head_dim=128, mlp_dim=36864,
-                          query_pre_attn_scalar=4608 / 32,
-                          transpose_gating_einsum=True),
-    # Tiny configs for tests (random weights).
-    "gemma_tiny": GemmaConfig(vocab_size=64, d_model=32, num_layers=2,
-                              num_heads=4, num_kv_heads=1, head_dim=8,
-                              mlp_dim=64),
-    "gemma2_tiny": _gemma2(2, vocab_size=64, d_model=32, num_heads=4,
-                           num_kv_heads=2, head_dim=8, mlp_dim=64,
-                           sliding_window=4),
-}
+__all__ = ["GEMMA_PRESETS", "GLOBAL", "GemmaConfig", "GemmaModel",
+           "GemmaModule", "LOCAL"]
 
 
 class Kernel(nn.Module):
   """A bias-free projection whose kernel 'kernel' has its contracted axes
   first and its output axes last, so every matmul reads the weight in place
-  (XLA:CPU copies a kernel whose contracted axis sits in the middle)."""
+  (XLA:CPU copies a kernel whose contracted axis sits in the middle).
+
+  Attributes:
+    shape: kernel shape, contracted axes first.
+    axes: logical name of every kernel axis.
+    n_in: number of contracted (leading) axes.
+  """
 
   shape: tuple[int, ...]
+  axes: tuple[str, ...]
   n_in: int = 1
   dtype: jnp.dtype = jnp.float32
   param_dtype: jnp.dtype = jnp.float32
@@ -177,10 +70,10 @@ class Kernel(nn.Module):
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
     """[B, T, *shape[:n_in]] -> [B, T, *shape[n_in:]]."""
-    w = self.param("kernel", nn.initializers.variance_scaling(
+    w = param_with_axes(self, "kernel", nn.initializers.variance_scaling(
         1.0, "fan_in", "normal", in_axis=tuple(range(self.n_in)),
         out_axis=tuple(range(self.n_in, len(self.shape)))),
-                   self.shape, self.param_dtype)
+                        self.shape, self.param_dtype, self.axes)
     fan_in = 1
     for n in self.shape[:self.n_in]:
       fan_in *= n
@@ -191,25 +84,28 @@ class Kernel(nn.Module):
 
 
 class Attention(nn.Module):
-  """Gemma attention with RoPE, GQA, optional soft cap and sliding window."""
+  """Gemma attention with RoPE, GQA, optional soft cap (window via mask)."""
 
   config: GemmaConfig
-  window: int | None
 
   def setup(self):
     cfg = self.config
     dt, pdt = dtype_of(cfg.dtype), dtype_of(cfg.param_dtype)
     n, k, d, h = cfg.num_heads, cfg.num_kv_heads, cfg.d_model, cfg.head_dim
-    self.q = Kernel((d, n, h), 1, dt, pdt)
-    self.kv = Kernel((d, 2, k, h), 1, dt, pdt)
-    self.out = Kernel((n, h, d), 2, dt, pdt)
+    self.q = Kernel((d, n, h), ("embed", "heads", "head_dim"), 1, dt, pdt)
+    self.kv = Kernel((d, 2, k, h), ("embed", "stack", "kv_heads", "head_dim"),
+                     1, dt, pdt)
+    self.out = Kernel((n, h, d), ("heads", "head_dim", "embed"), 2, dt, pdt)
 
-  def __call__(self, x, positions, layer_cache: LayerKV | None, lengths):
+  def __call__(self, x, positions, mask, layer_cache: LayerKV | None,
+               lengths):
     """Attention over a block.
 
     Args:
       x: [B, K, d] normalised inputs.
-      positions: [B, K] absolute positions of the block.
+      positions: [B, K] absolute positions of the block (RoPE).
+      mask: [B, K, T] (cached) or [B, K, K] (uncached) bool, the window of
+        a local layer already applied.
       layer_cache: LayerKV [B, T, kv_heads, head_dim] or None (uncached).
       lengths: [B] write offsets (cached path).
 
@@ -225,11 +121,8 @@ class Attention(nn.Module):
     q = q * jnp.asarray(cfg.query_pre_attn_scalar**-0.5, q.dtype)
     if layer_cache is None:
       kv = LayerKV(k=k, v=v)
-      mask = cache_lib.causal_mask(positions, x.shape[1], self.window)
     else:
       kv = cache_lib.write_block(layer_cache, k, v, lengths)
-      mask = cache_lib.causal_mask(positions, layer_cache.k.shape[1],
-                                   self.window)
     ctx = attend(q, kv.k, kv.v, mask, logit_cap=cfg.attn_logit_softcap)
     return self.out(ctx), (kv if layer_cache is not None else None)
 
@@ -245,9 +138,10 @@ class FeedForward(nn.Module):
     cfg = self.config
     dt, pdt = dtype_of(cfg.dtype), dtype_of(cfg.param_dtype)
     f, d = cfg.mlp_dim, cfg.d_model
-    gate = Kernel((d, 2, f), 1, dt, pdt, name="gating")(x)  # [B, K, 2, F]
+    gate = Kernel((d, 2, f), ("embed", "stack", "mlp"), 1, dt, pdt,
+                  name="gating")(x)  # [B, K, 2, F]
     h = gelu_tanh(gate[:, :, 0]) * gate[:, :, 1]
-    return Kernel((f, d), 1, dt, pdt, name="linear")(h)
+    return Kernel((f, d), ("mlp", "embed"), 1, dt, pdt, name="linear")(h)
 
 
 def _norm(cfg: GemmaConfig, name=None) -> RMSNorm:
@@ -257,12 +151,11 @@ def _norm(cfg: GemmaConfig, name=None) -> RMSNorm:
 
 class Block(nn.Module):
   config: GemmaConfig
-  window: int | None
 
   def setup(self):
     cfg = self.config
     self.pre_attention_norm = _norm(cfg)
-    self.attn = Attention(cfg, self.window)
+    self.attn = Attention(cfg)
     if cfg.use_post_attn_norm:
       self.post_attention_norm = _norm(cfg)
     self.pre_ffw_norm = _norm(cfg)
@@ -270,10 +163,10 @@ class Block(nn.Module):
     if cfg.use_post_ffw_norm:
       self.post_ffw_norm = _norm(cfg)
 
-  def __call__(self, x, positions, layer_cache, lengths):
-    """x [B, K, d] -> ([B, K, d], LayerKV or None)."""
+  def __call__(self, x, positions, mask, layer_cache, lengths):
+    """x [B, K, d] -> ([B, K, d], LayerKV or None); see Attention."""
     cfg = self.config
-    h, layer_cache = self.attn(self.pre_attention_norm(x), positions,
+    h, layer_cache = self.attn(self.pre_attention_norm(x), positions, mask,
                                layer_cache, lengths)
     if cfg.use_post_attn_norm:
       h = self.post_attention_norm(h)
@@ -285,34 +178,58 @@ class Block(nn.Module):
 
 
 class GemmaModule(nn.Module):
-  """The Gemma network; see :class:`GemmaModel` for the decode interface."""
+  """The Gemma network; see :class:`GemmaModel` for the decode interface.
+
+  Attributes:
+    config: hyperparameters.
+    depth: layers run by decode/forward (None: all; early exit). Every
+      layer's params exist.
+  """
 
   config: GemmaConfig
+  depth: int | None = None
 
   def setup(self):
     cfg = self.config
     self.embedder = Embedder(cfg)
-    self.layers = [Block(cfg, cfg.window(i), name=f"layer_{i}")
+    self.layers = [Block(cfg, name=f"layer_{i}")
                    for i in range(cfg.num_layers)]
     self.final_norm = _norm(cfg)
 
-  def _run(self, tokens, positions, caches, lengths, logits_at=None):
+  def _windows(self) -> list[int | None]:
+    """Sliding window of every run layer (None: global)."""
+    cfg = self.config
+    return [cfg.window(i) for i in range(self.depth or cfg.num_layers)]
+
+  def _run(self, tokens, positions, masks, caches, lengths, logits_at=None):
+    """Embed, run the layers, project: tokens [B, K] -> ([B, K|1, V], kvs)."""
     x = self.embedder.encode(tokens)
     new = []
-    for i, layer in enumerate(self.layers):
-      x, lkv = layer(x, positions, None if caches is None else caches[i],
-                     lengths)
+    for i, window in enumerate(self._windows()):
+      x, lkv = self.layers[i](x, positions, masks[window],
+                              None if caches is None else caches[i], lengths)
       new.append(lkv)
     x = cache_lib.select_positions(x, logits_at)
     logits = self.embedder.decode(self.final_norm(x))
     return soft_cap(logits, self.config.final_logit_softcap), new
 
-  def decode(self, tokens: jax.Array, cache: KVCache, logits_at=None):
-    """Cached block step: tokens [B, K] -> (logits [B, K|1, V] f32, cache)."""
+  def decode(self, tokens: jax.Array, cache: KVCache, positions=None,
+             mask=None, logits_at=None):
+    """Cached block step: tokens [B, K] -> (logits [B, K|1, V] f32, cache).
+
+    Args:
+      tokens: [B, K] int32.
+      cache: KVCache of the run layers.
+      positions: [B, K] int32 or None (``lengths + arange(K)``).
+      mask: [B, K, K] bool in-block mask or None (causal).
+      logits_at: [B] int32 or None.
+    """
     k = tokens.shape[1]
-    positions = cache_lib.block_positions(cache.lengths, k)
-    logits, layers = self._run(tokens, positions, cache.layers, cache.lengths,
-                               logits_at)
+    q_pos, _, masks = masks_lib.step_masks(
+        cache.lengths, k, cache.max_length, set(self._windows()), positions,
+        mask)
+    logits, layers = self._run(tokens, q_pos, masks, cache.layers,
+                               cache.lengths, logits_at)
     return logits, cache.replace(lengths=cache.lengths + k,
                                  layers=tuple(layers))
 
@@ -320,7 +237,9 @@ class GemmaModule(nn.Module):
     """Uncached causal forward: tokens [B, T] -> logits [B, T, V] float32."""
     b, t = tokens.shape
     positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
-    return self._run(tokens, positions, None, None)[0]
+    masks = {w: cache_lib.causal_mask(positions, t, w)
+             for w in set(self._windows())}
+    return self._run(tokens, positions, masks, None, None)[0]
 
   def init_all(self, tokens):
     return self.forward(tokens)
@@ -333,9 +252,10 @@ class Embedder(nn.Module):
 
   def setup(self):
     cfg = self.config
-    self.input_embedding = self.param(
-        "input_embedding", nn.initializers.normal(),
-        (cfg.vocab_size, cfg.d_model), dtype_of(cfg.param_dtype))
+    self.input_embedding = param_with_axes(
+        self, "input_embedding", nn.initializers.normal(),
+        (cfg.vocab_size, cfg.d_model), dtype_of(cfg.param_dtype),
+        ("vocab", "embed"))
 
   def encode(self, tokens: jax.Array) -> jax.Array:
     """[B, K] -> [B, K, d], scaled by sqrt(d)."""
@@ -353,53 +273,40 @@ class Embedder(nn.Module):
 
 @dataclasses.dataclass(frozen=True)
 class GemmaModel(FlaxDecodeModel):
-  """Gemma 1 / 2 behind the decode interface (see ``models/interface.py``)."""
+  """Gemma 1 / 2 behind the decode interface (see ``models/interface.py``).
+
+  Attributes:
+    config: hyperparameters.
+    exit_layer: early exit after this many layers (None: all).
+  """
 
   config: GemmaConfig
+  exit_layer: int | None = None
 
   is_encoder_decoder = False
 
   def module(self) -> GemmaModule:
-    return GemmaModule(self.config)
+    return GemmaModule(self.config, depth=self.exit_layer)
 
-  def _dummy_init_args(self):
+  def dummy_init_args(self):
     return (jnp.ones((1, 2), jnp.int32),)
 
   @property
-  def eos_id(self) -> int:
-    return self.config.eos_id
+  def num_decoder_layers(self) -> int:
+    return self.config.num_layers
+
+  def kv_shape(self) -> tuple[int, int]:
+    return self.config.num_kv_heads, self.config.head_dim
+
+  @classmethod
+  def axes_examples(cls) -> tuple["GemmaModel", ...]:
+    """Small models holding every kind of Gemma parameter (Gemma 2 has the
+    post-attention / post-FFW norms on top of Gemma 1's)."""
+    return (cls(GEMMA_PRESETS["gemma2_tiny"]), cls(GEMMA_PRESETS["gemma_tiny"]))
 
   def encode(self, params, inputs):
     raise ValueError("Gemma is decoder-only: it has no encoder; put the prompt "
                      "in the decoder tokens instead")
-
-  def init_cache(self, batch: int, max_length: int, encoded=None,
-                 dtype=None) -> KVCache:
-    """Empty cache (all lengths 0).
-
-    Args:
-      batch: rows.
-      max_length: positions per row (prompt + new tokens + gamma + 1 slack).
-      encoded: must be None (decoder-only).
-      dtype: cache dtype, default the compute dtype.
-    """
-    if encoded is not None:
-      raise ValueError("Gemma is decoder-only: init_cache takes no encoded=")
-    cfg = self.config
-    layers = cache_lib.init_layers(batch, max_length, cfg.num_layers,
-                                   cfg.num_kv_heads, cfg.head_dim,
-                                   dtype or self.dtype())
-    return KVCache(lengths=jnp.zeros((batch,), jnp.int32), layers=layers)
-
-  def step(self, params, tokens: jax.Array, cache: KVCache, logits_at=None):
-    """Block step: tokens [B, K] -> (logits [B, K, V] float32, cache).
-
-    With ``logits_at`` ([B] int32 block indices) only that position's logits
-    are computed, [B, 1, V].
-    """
-    check_tokens(tokens, self.config.vocab_size)
-    cache_lib.check_capacity(cache.lengths, tokens.shape[1], cache.max_length)
-    return self._apply(params, tokens, cache, logits_at, method="decode")
 
   def forward(self, params, tokens: jax.Array, inputs=None) -> jax.Array:
     """Uncached reference forward: tokens [B, T] -> logits [B, T, V]."""

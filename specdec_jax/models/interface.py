@@ -1,37 +1,85 @@
-"""The one decode interface every model family implements.
+"""The one decode interface every model implements (:class:`DecodeModel`).
 
 Decoding code (``specdec_jax.decoding``) never imports a model family; it only
-calls the methods below. A model is a frozen, hashable dataclass holding its
-config, so it can be closed over or passed as a static argument to ``jax.jit``.
+uses the attributes and methods below. To plug in your own model, implement
+them (any class; subclassing is not needed) and pass the model and its params
+to ``decoding.generate``; :func:`check_decode_model` says what is missing.
+The model object must be hashable and immutable (a frozen dataclass): it is a
+static argument of ``jax.jit``. Params are any pytree.
 
-    model.init_params(rng)                        -> params
-    model.encode(params, inputs)                  -> Encoded  (encoder-decoder only)
-    model.init_cache(batch, max_length, encoded=) -> KVCache (per-row lengths [batch])
-    model.step(params, tokens[B, K], cache, logits_at=None)
-                                                  -> (logits [B, K, V] float32, cache)
-                                                     ([B, 1, V] at logits_at [B])
-    model.forward(params, tokens, inputs=)        -> logits, no cache (reference path)
+Attributes:
+    vocab_size: int, rows of the output distribution (logits' last axis).
+    is_encoder_decoder: bool.
+    eos_id: int id that ends a row, or None (never stop early).
 
-``step`` writes its K tokens at each row's own length and advances every length
-by K; rolling back after a rejection is ``cache.with_lengths(new_lengths)``.
+Methods (shapes: B rows, N tokens per block, T cache slots, V vocabulary):
+
+    init_cache(batch, max_length, encoded=None) -> KVCache
+        All lengths 0. ``encoded`` is required for an encoder-decoder model
+        (the output of ``encode``) and must be None otherwise.
+    encode(params, inputs [B, S] int32) -> Encoded      (encoder-decoder only)
+        ``inputs`` are right-padded with the pad id.
+    step(params, tokens [B, N] int32, cache, *, positions=None, mask=None,
+         logits_at=None) -> (logits, cache)
+        logits: [B, N, V] float32, or [B, 1, V] when ``logits_at`` [B] int32
+        is given (only block position ``logits_at[b]`` is projected).
+
+What ``step`` must do:
+
+* Write the N tokens' keys/values at slots ``[lengths[b], lengths[b] + N)``
+  of each row (per-row ``cache.lengths`` [B] int32, rows are ragged) and
+  return the cache with every length advanced by N. Writes overwrite; the
+  decode loops size caches with slack, so a write never overruns.
+* Entries at or past a row's length are garbage (left by rollbacks) and must
+  be masked out using the lengths, never assumed zero.
+* positions [B, N] int32 are the tokens' absolute positions (RoPE angle,
+  relative-position bucket, sliding-window distance). None means
+  ``lengths[:, None] + arange(N)``.
+* mask [B, N, N] bool: ``mask[b, i, j]`` = block token i may attend to block
+  token j. None means causal (j <= i). The cached prefix ``[0, lengths)`` is
+  always visible to every block token (a sliding window still applies:
+  allowed iff ``0 <= q_pos - k_pos < window``); the key position of prefix
+  slot s is s, that of block slot ``lengths + j`` is ``positions[b, j]``;
+  slots at or past ``lengths + N`` are never visible.
+* Token trees: with parent pointers, ``positions = lengths + depth(node)``
+  and ``mask[i, j] = j is an ancestor of i or j == i``; the logits of every
+  node then equal an uncached forward of prefix + that node's path.
+* With positions and mask both None, a step must cost what a plain causal
+  block costs (the chain decoders call it that way).
+
+What the decode loops feed:
+
+* Prefill: a prompt of P tokens (right-padded to the batch's width, per-row
+  ``prompt_len``) is written by ONE step over the whole padded block on an
+  empty cache, with ``logits_at`` (the logits are not used), then rolled
+  back with ``cache.with_lengths(prompt_len - 1)``: the LAST prompt token is
+  held back and fed by the first decode step, which produces the first new
+  token's distribution.
+* Decode: blocks of 1 (drafter) or gamma + 1 (verifier) tokens per row.
+* Catch-up blocks (a model that fell behind) use ``logits_at`` to project
+  only the last real token of a right-padded block.
+* Rollback after a rejection: ``cache.with_lengths(new_lengths)``; tree
+  acceptance: ``cache.commit(start, path, count)``. Models only need to
+  keep ``KVCache`` semantics (lengths + per-layer K/V buffers).
 """
 
 from __future__ import annotations
 
-import abc
-import dataclasses
-import functools
-from typing import Any, Mapping, Protocol
+import inspect
+from typing import Any, Protocol, runtime_checkable
 
-import flax
 import jax
-import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
 from specdec_jax.models.cache import KVCache
+from specdec_jax.models.params import (Params, check_params, flatten_params,
+                                       unflatten_params)
 
-Params = Mapping[str, Any]  # nested dict of arrays, Flax 'params' collection
+__all__ = ["DecodeModel", "Encoded", "EncoderDecoderModel", "Params",
+           "check_decode_model",
+           "check_params", "check_tokens", "flatten_params",
+           "unflatten_params"]
 
 
 @struct.dataclass
@@ -47,30 +95,102 @@ class Encoded:
   mask: jax.Array
 
 
+@runtime_checkable
 class DecodeModel(Protocol):
-  """Structural type of a model usable by the decoding code."""
+  """Structural type of a model usable by the decoding code.
 
-  @property
-  def vocab_size(self) -> int:
-    ...
+  See the module docstring for the exact contract of each member.
+  ``isinstance(model, DecodeModel)`` checks that the members exist;
+  :func:`check_decode_model` also checks their types, ``step``'s keywords
+  and, for an encoder-decoder model, ``encode`` (:class:`EncoderDecoderModel`).
+  """
 
-  @property
-  def is_encoder_decoder(self) -> bool:
-    ...
-
-  def init_params(self, rng: jax.Array) -> Params:
-    ...
-
-  def encode(self, params: Params, inputs: jax.Array) -> Encoded:
-    ...
+  vocab_size: int
+  is_encoder_decoder: bool
+  eos_id: int | None
 
   def init_cache(self, batch: int, max_length: int,
                  encoded: Encoded | None = None) -> KVCache:
+    """Empty cache of ``batch`` rows x ``max_length`` slots, lengths 0."""
     ...
 
-  def step(self, params: Params, tokens: jax.Array, cache: KVCache,
+  def step(self, params: Any, tokens: jax.Array, cache: KVCache, *,
+           positions: jax.Array | None = None, mask: jax.Array | None = None,
            logits_at: jax.Array | None = None) -> tuple[jax.Array, KVCache]:
+    """tokens [B, N] -> (logits [B, N or 1, V] float32, advanced cache)."""
     ...
+
+
+@runtime_checkable
+class EncoderDecoderModel(DecodeModel, Protocol):
+  """A DecodeModel with ``is_encoder_decoder = True`` also has ``encode``."""
+
+  def encode(self, params: Any, inputs: jax.Array) -> Encoded:
+    """inputs [B, S] int32 (right-padded) -> Encoded for ``init_cache``."""
+    ...
+
+
+_STEP_KEYWORDS = ("positions", "mask", "logits_at")
+
+
+def check_decode_model(model: Any, what: str = "model") -> None:
+  """Raises ValueError unless ``model`` implements :class:`DecodeModel`.
+
+  Args:
+    model: the object to check.
+    what: its role, used in the message ('drafter', 'verifier', ...).
+
+  Raises:
+    ValueError naming the first missing or malformed attribute or method.
+  """
+  name = f"{what} ({type(model).__name__})"
+  hint = "see specdec_jax/models/interface.py for the decode interface"
+  for attr in ("vocab_size", "is_encoder_decoder", "eos_id"):
+    if not hasattr(model, attr):
+      raise ValueError(f"{name} has no attribute {attr!r}; {hint}")
+  vocab = model.vocab_size
+  if isinstance(vocab, bool) or not isinstance(vocab, (int, np.integer)) \
+      or vocab < 1:
+    raise ValueError(f"{name}.vocab_size must be a positive int, got "
+                     f"{vocab!r}")
+  if not isinstance(model.is_encoder_decoder, (bool, np.bool_)):
+    raise ValueError(f"{name}.is_encoder_decoder must be a bool, got "
+                     f"{model.is_encoder_decoder!r}")
+  eos = model.eos_id
+  if eos is not None and (isinstance(eos, bool)
+                          or not isinstance(eos, (int, np.integer))):
+    raise ValueError(f"{name}.eos_id must be an int or None, got {eos!r}")
+  methods = ["init_cache", "step"] + (["encode"] if model.is_encoder_decoder
+                                      else [])
+  for meth in methods:
+    if not callable(getattr(model, meth, None)):
+      raise ValueError(f"{name} has no method {meth!r}; {hint}")
+  _check_step_signature(model.step, name)
+
+
+def _check_step_signature(step, name: str) -> None:
+  """``step`` must take (params, tokens, cache) and the three keywords."""
+  try:
+    sig = inspect.signature(step)
+  except (TypeError, ValueError):
+    return  # builtins / C callables: nothing to inspect
+  params = sig.parameters.values()
+  if any(p.kind is p.VAR_KEYWORD for p in params):
+    return
+  names = {p.name for p in params
+           if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+  missing = [k for k in _STEP_KEYWORDS if k not in names]
+  if missing:
+    raise ValueError(
+        f"{name}.step{sig} does not accept the keyword {missing[0]!r}; the "
+        f"decode interface is step(params, tokens, cache, *, positions=None, "
+        f"mask=None, logits_at=None) (see specdec_jax/models/interface.py)")
+  positional = [p for p in params
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+  if len(positional) < 3 and not any(p.kind is p.VAR_POSITIONAL
+                                     for p in params):
+    raise ValueError(f"{name}.step{sig} must take (params, tokens, cache) "
+                     f"positionally")
 
 
 def check_tokens(tokens, vocab_size: int, what: str = "tokens") -> None:
@@ -98,124 +218,3 @@ def check_tokens(tokens, vocab_size: int, what: str = "tokens") -> None:
     raise ValueError(
         f"{what} contain id {bad} at index {where}, outside the model's "
         f"vocabulary [0, {vocab_size}); check the tokenizer matches the model")
-
-
-def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-  out = {}
-  for key in sorted(tree):
-    val = tree[key]
-    path = f"{prefix}/{key}" if prefix else str(key)
-    if isinstance(val, Mapping):
-      out.update(_flatten(val, path))
-    else:
-      out[path] = val
-  return out
-
-
-def flatten_params(tree: Mapping[str, Any]) -> dict[str, Any]:
-  """Nested dict -> {'a/b/c': leaf} with '/'-joined paths, sorted."""
-  return _flatten(tree)
-
-
-def unflatten_params(flat: Mapping[str, Any]) -> dict[str, Any]:
-  """{'a/b/c': leaf} -> nested dict."""
-  out: dict[str, Any] = {}
-  for path, val in flat.items():
-    node = out
-    parts = path.split("/")
-    for p in parts[:-1]:
-      node = node.setdefault(p, {})
-    node[parts[-1]] = val
-  return out
-
-
-def check_params(params: Mapping[str, Any], expected: Mapping[str, Any],
-                 what: str = "params") -> None:
-  """Compares a parameter tree against the expected shapes.
-
-  Args:
-    params: nested dict of arrays (or ShapeDtypeStructs).
-    expected: nested dict of arrays/ShapeDtypeStructs with the right shapes.
-    what: name used in error messages.
-
-  Raises:
-    ValueError naming the first missing, unexpected or wrong-shape leaf.
-  """
-  if not isinstance(params, Mapping):
-    raise ValueError(f"{what} must be a nested dict of arrays, got "
-                     f"{type(params).__name__}")
-  got, want = flatten_params(params), flatten_params(expected)
-  missing = [p for p in want if p not in got]
-  if missing:
-    raise ValueError(
-        f"{what} is missing {len(missing)} leaf/leaves, first: '{missing[0]}' "
-        f"(expected shape {tuple(want[missing[0]].shape)}); the checkpoint "
-        f"or parameter tree does not match this architecture")
-  extra = [p for p in got if p not in want]
-  if extra:
-    raise ValueError(
-        f"{what} has {len(extra)} unexpected leaf/leaves, first: '{extra[0]}' "
-        f"(shape {tuple(np.shape(got[extra[0]]))}); the checkpoint or "
-        f"parameter tree does not match this architecture")
-  for path, ref in want.items():
-    shape = tuple(np.shape(got[path]))
-    if shape != tuple(ref.shape):
-      raise ValueError(
-          f"{what} leaf '{path}' has shape {shape}, expected "
-          f"{tuple(ref.shape)}; the checkpoint or preset does not match")
-
-
-@functools.lru_cache(maxsize=64)
-def _param_shapes(model: "FlaxDecodeModel") -> dict:
-  """Memoised per (hashable) model: tracing a 27B init takes seconds."""
-  return jax.eval_shape(model.init_params, jax.random.PRNGKey(0))
-
-
-@dataclasses.dataclass(frozen=True)
-class FlaxDecodeModel(abc.ABC):
-  """Common machinery of the Flax model families (init, shapes, checks).
-
-  Subclasses set ``config`` and implement ``module()``, ``_dummy_init_args()``
-  and the decode interface methods.
-  """
-
-  config: Any
-
-  @abc.abstractmethod
-  def module(self):
-    """The Flax (Linen) module of this architecture."""
-
-  @abc.abstractmethod
-  def _dummy_init_args(self) -> tuple:
-    """Arguments of the module's ``init_all`` method used for ``init``."""
-
-  @property
-  def vocab_size(self) -> int:
-    return self.config.vocab_size
-
-  def init_params(self, rng: jax.Array) -> dict:
-    """Random parameters (the 'params' collection), in ``param_dtype``."""
-    variables = self.module().init(
-        rng, *self._dummy_init_args(), method="init_all")
-    return flax.core.unfreeze(variables["params"])
-
-  def param_shapes(self) -> dict:
-    """ShapeDtypeStruct tree of the parameters, without allocating them."""
-    return jax.tree.map(lambda x: x, _param_shapes(self))  # a fresh tree
-
-  def num_params(self) -> int:
-    """Total number of parameters (computed with ``jax.eval_shape``)."""
-    leaves = jax.tree.leaves(self.param_shapes())
-    return int(sum(int(np.prod(x.shape)) for x in leaves))
-
-  def check_params(self, params: Mapping[str, Any]) -> None:
-    """Raises ValueError unless ``params`` matches this architecture."""
-    check_params(params, self.param_shapes(),
-                 what=f"{type(self).__name__} params")
-
-  def _apply(self, params, *args, method: str):
-    return self.module().apply({"params": params}, *args, method=method)
-
-  def dtype(self) -> jnp.dtype:
-    from specdec_jax.models.layers import dtype_of  # pylint: disable=g-import-not-at-top
-    return dtype_of(self.config.dtype)

@@ -2,11 +2,17 @@
 
 Norms and softmax always run in float32 whatever the compute dtype; matmuls run
 in the module's compute dtype (float32 or bfloat16).
+
+Every parameter is created with :func:`param_with_axes`, which declares its
+logical axis names next to its definition (``nn.with_logical_partitioning``);
+``specdec_jax.sharding`` maps those names to mesh axes. The returned params
+trees hold plain arrays: the boxes only exist inside ``init`` and are read by
+``FlaxDecodeModel.param_axes``.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 import flax.linen as nn
 import jax
@@ -14,6 +20,45 @@ import jax.numpy as jnp
 
 # Large negative value used to mask attention logits (Gemma's K_MASK).
 MASK_VALUE = -2.3819763e38
+
+
+def param_with_axes(module: nn.Module, name: str, init: Callable,
+                    shape: Sequence[int], dtype, axes: Sequence[str]):
+  """Creates (or reads) parameter ``name`` and declares its logical axes.
+
+  Args:
+    module: the Flax module owning the parameter.
+    name: parameter name.
+    init: initializer ``(rng, shape, dtype) -> array``.
+    shape: parameter shape.
+    dtype: parameter dtype.
+    axes: one logical axis name per dimension (see ``sharding.py``).
+
+  Returns:
+    The parameter value, a plain array (never a partitioning box; no sharding
+    constraint is applied here).
+  """
+  shape, axes = tuple(shape), tuple(axes)
+  if len(axes) != len(shape):
+    raise ValueError(f"parameter {name!r} of shape {shape} declares "
+                     f"{len(axes)} logical axes {axes}; give one per dimension")
+  value = module.param(name, nn.with_logical_partitioning(init, axes), shape,
+                       dtype, unbox=False)
+  return unbox(value)
+
+
+def unbox(tree):
+  """Replaces every logical-partitioning box in ``tree`` by its value."""
+  return jax.tree.map(
+      lambda x: x.value if isinstance(x, nn.LogicallyPartitioned) else x, tree,
+      is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned))
+
+
+def box_names(tree):
+  """Tree of boxed params -> the same tree with each box's logical names."""
+  return jax.tree.map(
+      lambda x: tuple(x.names), tree,
+      is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned))
 
 
 class RMSNorm(nn.Module):
@@ -36,7 +81,8 @@ class RMSNorm(nn.Module):
   def __call__(self, x: jax.Array) -> jax.Array:
     """[..., D] -> [..., D]."""
     init = nn.initializers.zeros if self.plus_one else nn.initializers.ones
-    scale = self.param("scale", init, (x.shape[-1],), self.param_dtype)
+    scale = param_with_axes(self, "scale", init, (x.shape[-1],),
+                            self.param_dtype, ("embed",))
     x32 = x.astype(jnp.float32)
     var = jnp.mean(jnp.square(x32), axis=-1, keepdims=True)
     y = x32 * jax.lax.rsqrt(var + self.eps)

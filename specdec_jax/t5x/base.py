@@ -8,6 +8,7 @@ t5x's trace, ranking ``num_decodes`` samples and t5x's scoring arithmetic.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping
 
 import flax
@@ -58,16 +59,43 @@ def hash_rows(tokens: jax.Array) -> jax.Array:
 
 
 def _resolve_model(model, overrides: Mapping[str, Any] | None, what: str):
-  """A DecodeModel from a model object, a preset name or a config."""
+  """A DecodeModel from a model object, a preset name or a config.
+
+  ``overrides`` (config fields such as ``{'dtype': 'float32'}``, the gin
+  file's COMPUTE_DTYPE) apply to all three forms: a config (e.g. a custom
+  size built with ``@specdec_jax.models.T5Config()`` in gin) and a T5Model /
+  GemmaModel are rebuilt with them. A model of another type cannot take
+  them, which is an error rather than a silently ignored setting.
+  """
+  overrides = dict(overrides or {})
   if isinstance(model, str):
-    return models_lib.get_model(model, **dict(overrides or {}))
-  if isinstance(model, (models_lib.T5Config, models_lib.GemmaConfig)):
-    return models_lib.model_from_config(model)
+    return models_lib.get_model(model, **overrides)
+  configs = (models_lib.T5Config, models_lib.GemmaConfig)
+  if isinstance(model, configs):
+    return models_lib.model_from_config(_with(model, overrides, what))
   if hasattr(model, "step") and hasattr(model, "init_params"):
-    return model
+    if not overrides:
+      return model
+    if type(model) in (models_lib.T5Model, models_lib.GemmaModel):
+      return models_lib.model_from_config(_with(model.config, overrides,
+                                                what))
+    raise ValueError(f"model_overrides {overrides} cannot be applied to the "
+                     f"{what}, a {type(model).__name__}: build it with these "
+                     f"settings, or pass a preset name or a T5Config / "
+                     f"GemmaConfig")
   raise ValueError(f"{what} must be a specdec_jax model (T5Model, GemmaModel),"
                    f" a preset name ({', '.join(sorted(models_lib.PRESETS))})"
                    f" or a T5Config/GemmaConfig, got {type(model).__name__}")
+
+
+def _with(config, overrides: Mapping[str, Any], what: str):
+  """``config`` with ``overrides`` (unknown fields are named)."""
+  fields = {f.name for f in dataclasses.fields(config)}
+  bad = sorted(k for k in overrides if k not in fields)
+  if bad:
+    raise ValueError(f"model_overrides for the {what}: "
+                     f"{type(config).__name__} has no field {bad[0]!r}")
+  return dataclasses.replace(config, **overrides)
 
 
 def _resolve_method(method, knobs: Mapping[str, Any] | None):

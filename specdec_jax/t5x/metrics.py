@@ -7,10 +7,15 @@ task's quality metrics::
 
     seqio.TaskRegistry.add(..., metric_fns=[metrics.bleu,
                                             speculative_metrics])
+
+The same task can be evaluated with a stock t5x model (a baseline run): its
+aux outputs hold no speculative statistics, and the metric then returns no
+values (an empty dict) instead of failing.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -38,10 +43,22 @@ def speculative_metrics(targets: Sequence[Any], predictions: Sequence[Any],
     {'acceptance_rate': accepted / drafted, 'block_efficiency': tokens per
     verifier call, 'deferral_rate': deferral mass per token,
     'verifier_calls_per_example', 'drafter_calls_per_example',
-    'tokens_per_example'} (nan where a denominator is 0).
+    'tokens_per_example'} (nan where a denominator is 0); {} when the aux
+    values hold none of these statistics (a stock t5x model, e.g. a
+    baseline evaluated on the same task).
+
+  Raises:
+    ValueError when only some of the statistics are present (the aux values
+    were mixed up or cut).
   """
   del targets, predictions
+  aux_values = aux_values or {}
   missing = [k for k in _KEYS if k not in aux_values]
+  if len(missing) == len(_KEYS):
+    logging.info("speculative_metrics: the model returned no speculative aux "
+                 "values (got %s); skipped (a stock t5x model?)",
+                 sorted(aux_values))
+    return {}
   if missing:
     raise ValueError(f"aux_values lack {missing}: speculative_metrics reads "
                      f"the aux outputs of specdec_jax.t5x.models")

@@ -431,6 +431,13 @@ def test_speculative_metrics_exact_values():
                                          if k != "accepted"})
 
 
+def test_speculative_metrics_skips_a_stock_t5x_model():
+  # t5x's EncoderDecoderModel.predict_batch_with_aux returns only 'scores':
+  # a baseline run on the same task gets no speculative metrics, no error.
+  assert metrics.speculative_metrics(["a"], ["a"], {"scores": [-1.5]}) == {}
+  assert metrics.speculative_metrics(["a"], ["a"], {}) == {}
+
+
 def test_decoding_state_has_t5x_fields():
   from specdec_jax.t5x import decoding as t5x_decoding  # pylint: disable=g-import-not-at-top
   fields = {f.name for f in dataclasses.fields(t5x_decoding.DecodingState)}

@@ -250,8 +250,22 @@ def test_gin_files_parse_with_t5x_run_gins(monkeypatch, run):
     if run == "infer":
       assert gin.query_parameter("infer_script.infer.mode") == (
           "predict_with_aux")
+      # Parameters are restored in COMPUTE_DTYPE, not t5x's bfloat16.
+      assert _restore_dtype() == "bfloat16"
+      with gin.unlock_config():
+        gin.parse_config(["COMPUTE_DTYPE = 'float32'"])
+      assert _restore_dtype() == "float32"
+      with gin.unlock_config():
+        gin.parse_config(["RESTORE_DTYPE = 'bfloat16'"])
+      assert _restore_dtype() == "bfloat16"
   finally:
     gin.clear_config()
+
+
+def _restore_dtype():
+  """The dtype t5x's RestoreCheckpointConfig gets from the parsed gins."""
+  cfg = gin.get_configurable(t5x_utils.RestoreCheckpointConfig)(path="/x")
+  return cfg.dtype
 
 
 @pytest.mark.parametrize("layout,use_orbax", [("legacy", False),
@@ -352,3 +366,68 @@ def test_t5x_eval_script_end_to_end(tmp_path):
     assert r["prediction"] == want[i], i
     assert r["aux_tokens"] == ref.lengths[i]  # aux follows its example
     assert r["aux_drafted"] == 3 * r["aux_verifier_calls"]
+
+
+@pytest.mark.slow
+def test_t5x_infer_script_float32_parity(tmp_path):
+  """`python -m t5x.infer` with spec_cascade_infer.gin and COMPUTE_DTYPE
+  'float32': the parameters are restored in float32 (t5x's infer.gin alone
+  restores bfloat16), so greedy speculative predictions equal float32
+  target-only decoding on every row."""
+  import glob  # pylint: disable=g-import-not-at-top
+  import json  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  from specdec_jax import decoding  # pylint: disable=g-import-not-at-top
+  from specdec_jax.checkpoints import t5x as t5x_ckpt  # pylint: disable=g-import-not-at-top
+  from specdec_jax.t5x import merge  # pylint: disable=g-import-not-at-top
+  from tests.t5x import tiny_task  # pylint: disable=g-import-not-at-top
+  drafter, verifier, qp, pp = tiny_pair("t5")
+  host = lambda t: jax.tree.map(np.asarray, t)
+  t5x_ckpt.save_t5x(str(tmp_path / "d" / "checkpoint_1"), host(qp))
+  t5x_ckpt.save_t5x(str(tmp_path / "t" / "checkpoint_1"), host(pp))
+  ckpt = merge.merge(str(tmp_path / "d"), str(tmp_path / "t"),
+                     str(tmp_path / "merged"), step=3)
+  out = tmp_path / "infer"
+  root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+      [root] + os.environ.get("PYTHONPATH", "").split(os.pathsep)),
+             JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2")
+  (tmp_path / "vocab.gin").write_text(
+      "from __gin__ import dynamic_registration\nimport seqio\n"
+      "from t5x import utils\n"
+      "VOCABULARY = @seqio.PassThroughVocabulary()\n"
+      "seqio.PassThroughVocabulary.size = 64\n"
+      "seqio.PassThroughVocabulary.eos_id = 1\n"
+      "utils.DatasetConfig.split = 'validation'\n"
+      "utils.DatasetConfig.batch_size = 4\n")
+  bindings = [
+      "MIXTURE_OR_TASK_NAME='specdec_tiny_copy'",
+      "MIXTURE_OR_TASK_MODULE='tests.t5x.tiny_task'",
+      "TASK_FEATURE_LENGTHS={'inputs': 8, 'targets': 8}",
+      f"CHECKPOINT_PATH='{ckpt}'", f"INFER_OUTPUT_DIR='{out}'",
+      "DRAFTER='t5_tiny'", "VERIFIER='t5_tiny'", "COMPUTE_DTYPE='float32'",
+      "METHOD='spec_decode'", "METHOD_KNOBS={}", "GAMMA=3"]
+  cmd = [sys.executable, "-m", "t5x.infer", f"--gin_search_paths={GIN_DIR}",
+         "--gin_file=t5x/spec_cascade_infer.gin",
+         f"--gin_file={tmp_path / 'vocab.gin'}"] + [
+             f"--gin_bindings={b}" for b in bindings]
+  proc = subprocess.run(cmd, env=env, cwd=root, capture_output=True,
+                        text=True, timeout=900, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  (path,) = [p for p in glob.glob(str(out / "specdec_tiny_copy-*.jsonl*"))
+             if not p.endswith(".COMPLETED")]
+  with open(path) as f:
+    rows = [json.loads(line) for line in f]
+  ids = tiny_task.examples()
+  src = np.concatenate([ids, np.ones((len(ids), 1), np.int32)], axis=1)
+  ref = decoding.generate(decoding.TargetOnly(), drafter, verifier, qp, pp,
+                          inputs=src, max_new_tokens=8)
+  assert len(rows) == len(ids)  # in the task's order (no shuffling)
+
+  def clean(tokens):  # up to EOS, without padding
+    tokens = [int(t) for t in tokens]
+    return tokens[:tokens.index(1)] if 1 in tokens else [
+        t for t in tokens if t != 0]
+  for i, r in enumerate(rows):
+    assert clean(r["prediction"]) == clean(ref.tokens[i][:ref.lengths[i]]), i
+    assert r["aux"]["tokens"] == ref.lengths[i]

@@ -1,0 +1,412 @@
+"""``specdec_jax decode``: requests in, one JSONL row per request out, streamed.
+
+Order of work (everything that can be wrong is found before a model loads):
+
+1. the settings: method knobs (``method.validate()``), sampling, gamma,
+   max_new_tokens, batch_size, seed (:func:`check_settings`);
+2. the two ModelSpecs (presets, paths) and their architectures, read from
+   configs without the weights; the tokenizer;
+3. every request (``decode_requests.read_requests``): bad lines are kept
+   aside with their file, line and reason; long ones are cut with a warning;
+4. the KV-cache memory of the longest batch against the host / device
+   memory (:func:`check_memory`);
+5. the output: its directory is created and ``decodes.jsonl`` opened and
+   locked (an exclusive ``flock``: a second decode writing the same file
+   fails at once instead of overwriting it); rows already there are kept.
+
+Then the models load and the good requests not yet in the output decode in
+batches; each batch's rows are appended the moment it finishes (one
+``write`` + ``fsync`` per row, the eval harness's ``ResultsFile``). A run
+that is killed loses at most the batch in flight; rerunning the same command
+skips the finished requests (rows are keyed by request id) and cuts off a
+torn last line, so the output ends with no lost or duplicated rows. A rerun
+with different settings into the same file is refused: every row carries
+its ``settings`` string. Bad requests are reported at the end (one line
+each, and the command exits with status 2) after the good rows are written.
+
+Each row's randomness depends only on (seed, request id, request), never on
+its batch: its request id is the CRC-32 of its ``id``
+(``eval.harness.request_id``), so a resumed run writes the rows an
+uninterrupted run would have.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+from typing import Any, Sequence
+
+import jax
+import numpy as np
+
+from specdec_jax import decode_requests, decoding
+from specdec_jax import tokenizer as tokenizer_lib
+from specdec_jax.eval import harness
+
+MAX_POSITIONS = 2**31 - 1  # positions and cache slots are int32
+
+
+def _bad_int(x, lo: int, hi: int) -> bool:
+  return (isinstance(x, bool) or not isinstance(x, (int, np.integer))
+          or not lo <= x < hi)
+
+
+def _is_greedy(sampling) -> bool:
+  if isinstance(sampling, decoding.Greedy):
+    return True
+  t = getattr(sampling, "temperature", None)
+  return t is not None and bool(np.all(np.asarray(t) == 0))
+
+
+def check_settings(method, sampling, gamma, max_new_tokens, batch_size,
+                   seed) -> None:
+  """Validates the decode knobs; raises ValueError (nothing is loaded).
+
+  Args:
+    method: a decoding method object (its knobs are validated).
+    sampling: a sampling strategy (validated).
+    gamma: draft block size, an integer >= 1.
+    max_new_tokens: an integer in [1, 2**31 - 1).
+    batch_size: an integer >= 1.
+    seed: an integer in [0, 2**32).
+  """
+  if not hasattr(method, "run"):
+    raise ValueError(f"method must be a decoding method object (see "
+                     f"decoding.make_method), got {type(method).__name__}")
+  method.validate()
+  if not hasattr(sampling, "probs"):
+    raise ValueError(f"sampling must be a strategy (Greedy, Temperature, "
+                     f"TopK, TopP), got {type(sampling).__name__}")
+  sampling.validate()
+  if method.greedy_only and not _is_greedy(sampling):
+    name = type(getattr(method, "target", method)).__name__
+    hint = (" (for sampling, TokenV3 generalises LossyGreedy)"
+            if name == "LossyGreedy" else "")
+    raise ValueError(f"{name} is a greedy method (temperature 0 only); set "
+                     f"TEMPERATURE = 0{hint}")
+  if _bad_int(gamma, 1, 1025):
+    raise ValueError(f"gamma must be an integer in [1, 1024], got {gamma!r}")
+  if _bad_int(max_new_tokens, 1, MAX_POSITIONS):
+    raise ValueError(f"max_new_tokens must be an integer in [1, 2**31 - 1), "
+                     f"got {max_new_tokens!r}")
+  if _bad_int(batch_size, 1, 2**20):
+    raise ValueError(f"batch_size must be an integer >= 1, got "
+                     f"{batch_size!r}")
+  if _bad_int(seed, 0, 2**32):
+    raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r} "
+                     f"(negative seeds are not accepted: they would wrap "
+                     f"around)")
+
+
+def _tree_bytes(tree) -> int:
+  return sum(math.prod(x.shape) * np.dtype(x.dtype).itemsize
+             for x in jax.tree.leaves(tree))
+
+
+def cache_bytes(model, batch: int, length: int, src_len: int = 1) -> int:
+  """Bytes of ``model``'s KV cache for ``batch`` rows x ``length`` slots.
+
+  Computed with ``jax.eval_shape``: nothing is allocated.
+  """
+  def build(params):
+    if model.is_encoder_decoder:
+      enc = model.encode(params, jax.numpy.zeros((batch, src_len),
+                                                 jax.numpy.int32))
+      return model.init_cache(batch, length, enc)
+    return model.init_cache(batch, length)
+  return _tree_bytes(jax.eval_shape(build, model.param_shapes()))
+
+
+def available_memory() -> tuple[int, str]:
+  """(bytes, what) of the default device: an accelerator's memory limit, or
+  the host's physical memory on CPU."""
+  dev = jax.devices()[0]
+  stats = None
+  try:
+    stats = dev.memory_stats()
+  except Exception:  # pylint: disable=broad-except  (not every backend has it)
+    stats = None
+  if stats and stats.get("bytes_limit"):
+    return int(stats["bytes_limit"]), f"{dev.platform.upper()} memory"
+  return (os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"),
+          "host memory")
+
+
+def check_memory(models_: Sequence[Any], batch: int, width: int,
+                 src_len: int, max_new_tokens: int, gamma: int,
+                 memory: tuple[int, str] | None = None) -> int:
+  """Raises ValueError when parameters + KV caches cannot fit in memory.
+
+  Args:
+    models_: the model objects that run (verifier, and the drafter if used).
+    batch: rows per call.
+    width: padded prompt width (decoder-only) or 1 (encoder-decoder).
+    src_len: padded encoder input width (encoder-decoder) or 1.
+    max_new_tokens, gamma: the budget and block size.
+    memory: (bytes, what) to compare with (default :func:`available_memory`).
+
+  Returns:
+    The bytes needed.
+  """
+  slots = width + max_new_tokens + gamma + 2
+  if slots >= MAX_POSITIONS:
+    raise ValueError(f"max_new_tokens={max_new_tokens} is too large: prompt "
+                     f"({width}) + max_new_tokens + gamma + 2 = {slots} cache "
+                     f"positions, more than int32 positions allow (2**31 - 1)")
+  need = sum(_tree_bytes(m.param_shapes()) + cache_bytes(m, batch, slots,
+                                                          src_len)
+             for m in models_)
+  have, what = memory or available_memory()
+  if need > have:
+    raise ValueError(
+        f"max_new_tokens={max_new_tokens} with batch {batch} needs "
+        f"{need / 2**30:.1f} GiB for the parameters and KV caches ({slots} "
+        f"cache slots per row) but the {what} is {have / 2**30:.1f} GiB; "
+        f"lower MAX_NEW_TOKENS or BATCH_SIZE")
+  return need
+
+
+@dataclasses.dataclass
+class DecodeReport:
+  """What :func:`run_decode` did.
+
+  Attributes:
+    rows: the rows of every good request, in input order (rows found in the
+      output from an earlier run included).
+    new_rows: the rows decoded (and written) by this run.
+    resumed: good requests already in the output (skipped).
+    failed: the bad requests (``decode_requests.RequestError``).
+    seconds: wall time of the decode calls of this run.
+    output: the output file (None: stdout).
+  """
+
+  rows: list[dict[str, Any]]
+  new_rows: list[dict[str, Any]]
+  resumed: int
+  failed: list[decode_requests.RequestError]
+  seconds: float
+  output: str | None
+
+  @property
+  def written(self) -> int:
+    return len(self.new_rows)
+
+  def summary(self) -> dict[str, Any]:
+    """Counts and totals over the rows written by this run."""
+    total = lambda k: sum(r.get(k, 0) for r in self.new_rows)
+    div = lambda a, b: a / b if b else float("nan")
+    tokens = total("num_tokens")
+    return dict(requests=len(self.rows) + len(self.failed),
+                written=self.written, resumed=self.resumed,
+                failed=len(self.failed), tokens=tokens,
+                tokens_per_s=div(tokens, self.seconds),
+                acceptance_rate=div(total("accepted"), total("drafted")),
+                block_efficiency=div(tokens, total("verifier_calls")),
+                deferral_rate=div(total("deferrals"), tokens))
+
+  def raise_for_failures(self) -> None:
+    """Raises decode_requests.RequestErrors if any request was bad."""
+    if self.failed:
+      n = len(self.rows) + len(self.failed)
+      if self.output:
+        note = (f"the other {len(self.rows)} are in {self.output}; fix them "
+                f"and rerun the same command: finished rows are kept and "
+                f"only the missing requests are decoded")
+      else:
+        note = f"the other {len(self.rows)} were printed; fix them and rerun"
+      raise decode_requests.RequestErrors(
+          self.failed, f"{len(self.failed)} of {n} requests were invalid and "
+          f"not decoded ({note})")
+
+
+def settings_key(method, sampling, gamma, max_new_tokens, seed, drafter,
+                 verifier, limit: int) -> str:
+  """What decides a row's tokens (batch size does not), as one string."""
+  d = repr(drafter) if method.uses_drafter else "-"
+  return (f"method={method!r}|sampling={sampling!r}|gamma={gamma}|"
+          f"max_new_tokens={max_new_tokens}|seed={seed}|drafter={d}|"
+          f"verifier={verifier!r}|max_input_tokens={limit}")
+
+
+def _open_output(path: str):
+  """Opens and locks the output (before any model loads)."""
+  path = os.path.abspath(path)
+  parent = os.path.dirname(path)
+  probe = parent
+  while not os.path.exists(probe):
+    probe = os.path.dirname(probe)
+  if not os.path.isdir(probe):
+    raise ValueError(f"cannot write {path}: {probe} is a file, not a "
+                     f"directory; choose another OUTPUT_DIR")
+  if os.path.isdir(path):
+    raise ValueError(f"cannot write {path}: it is a directory")
+  results = harness.ResultsFile(path)
+  try:
+    return results.__enter__()
+  except RuntimeError as e:
+    raise ValueError(f"{path} is being written by another decode (it is "
+                     f"locked); wait for it to finish or choose another "
+                     f"OUTPUT_DIR") from e
+  except OSError as e:
+    raise ValueError(f"cannot write {path}: {e.strerror or e} (check the "
+                     f"directory's permissions, or choose another "
+                     f"OUTPUT_DIR)") from None
+
+
+def _check_resumable(results, settings: str) -> None:
+  other = [r for r in results.rows if r.get("settings") != settings]
+  if other:
+    results.__exit__(None, None, None)
+    old = str(other[0].get("settings"))
+    diff = [f"{a.split('=', 1)[0]}" for a, b in zip(old.split("|"),
+                                                    settings.split("|"))
+            if a != b]
+    raise ValueError(
+        f"{results.path} holds {len(other)} row(s) decoded with other "
+        f"settings (differing: {', '.join(diff) or 'all'}); a decode resumes "
+        f"only with the same settings: choose another OUTPUT_DIR or delete "
+        f"the file")
+
+
+def _vocab(drafter, verifier, uses_drafter: bool):
+  """(verifier model, drafter model or None, decode_requests.Vocab)."""
+  v_model = verifier.architecture()
+  d_model = drafter.architecture() if uses_drafter else None
+  if d_model is not None and (
+      d_model.vocab_size != v_model.vocab_size or
+      d_model.is_encoder_decoder != v_model.is_encoder_decoder):
+    raise ValueError(f"drafter and verifier do not match: "
+                     f"{type(d_model).__name__} with {d_model.vocab_size} ids "
+                     f"vs {type(v_model).__name__} with {v_model.vocab_size}; "
+                     f"speculative decoding needs one vocabulary")
+  v_tok = verifier.load_tokenizer(v_model)
+  d_tok = drafter.load_tokenizer(d_model) if d_model is not None else None
+  if d_tok is not None and v_tok is not None:
+    tokenizer_lib.check_same_vocabulary(d_tok, v_tok)
+  vocab = decode_requests.Vocab(
+      size=v_model.vocab_size, encoder_decoder=v_model.is_encoder_decoder,
+      tokenizer=v_tok or d_tok, bos_id=getattr(v_model.config, "bos_id", None),
+      eos_id=getattr(v_model, "eos_id", None),
+      max_input_tokens=verifier.input_limit(v_model))
+  return v_model, d_model, vocab
+
+
+def _warn_cut(requests, where: str, limit: int) -> None:
+  for r in requests:
+    if r.truncated:
+      print(f"specdec_jax: warning: {where}:{r.line} (request {r.id!r}) has "
+            f"{r.input_tokens} input tokens, more than the verifier's "
+            f"max_input_tokens ({limit}); it is cut to {limit}",
+            file=sys.stderr)
+
+
+def run_decode(drafter, verifier, method, sampling=None, gamma: int = 5,
+               max_new_tokens: int = 64, batch_size: int = 8,
+               input_file: str | None = None, output_file: str | None = None,
+               seed: int = 0, progress: bool = True) -> DecodeReport:
+  """Decodes requests into a JSONL file, streamed and resumable.
+
+  Args:
+    drafter, verifier: ``runs.ModelSpec``s.
+    method: a decoding method object (``decoding.make_method``).
+    sampling: sampling strategy (default greedy).
+    gamma: draft block size.
+    max_new_tokens: generation budget per request.
+    batch_size: requests per decode call (does not change any row).
+    input_file: JSONL / text file of requests; None or '-' reads stdin.
+    output_file: JSONL path, appended to and resumed (None: rows go to
+      stdout as they finish).
+    seed: sampling seed (each request's id keeps its randomness its own).
+    progress: show a progress bar.
+
+  Returns:
+    A DecodeReport (see the module docstring for the order of checks).
+  """
+  sampling = decoding.Greedy() if sampling is None else sampling
+  check_settings(method, sampling, gamma, max_new_tokens, batch_size, seed)
+  v_model, d_model, vocab = _vocab(drafter, verifier, method.uses_drafter)
+  where = "stdin" if input_file in (None, "-") else input_file
+  good, failed = decode_requests.read_requests(input_file, vocab)
+  _warn_cut(good, where, vocab.max_input_tokens)
+  key = "inputs" if vocab.encoder_decoder else "prompts"
+  width = harness.padded_width([r.ids for r in good]) if good else 1
+  check_memory([m for m in (v_model, d_model) if m is not None],
+               min(batch_size, max(len(good), 1)),
+               1 if vocab.encoder_decoder else width,
+               width if vocab.encoder_decoder else 1, max_new_tokens, gamma)
+  settings = settings_key(method, sampling, gamma, max_new_tokens, seed,
+                          drafter, verifier, vocab.max_input_tokens)
+  results = None
+  if output_file is not None and is_writer():
+    results = _open_output(output_file)
+    _check_resumable(results, settings)
+  try:
+    done = {r["key"]: r for r in results.rows} if results else {}
+    todo = [r for r in good if r.id not in done]
+    new = _decode(drafter, verifier, method, sampling, gamma, max_new_tokens,
+                  batch_size, seed, todo, key, width, settings, results,
+                  progress) if todo else ({}, 0.0)
+  finally:
+    if results is not None:
+      results.__exit__(None, None, None)
+  rows_new, seconds = new
+  rows = [rows_new[r.id] if r.id in rows_new else done[r.id] for r in good]
+  return DecodeReport(rows=rows, new_rows=[rows_new[r.id] for r in todo],
+                      resumed=len(good) - len(todo), failed=failed,
+                      seconds=seconds, output=output_file)
+
+
+def is_writer() -> bool:
+  """Only process 0 writes results on a multi-host run."""
+  return jax.process_index() == 0
+
+
+def _decode(drafter, verifier, method, sampling, gamma, max_new_tokens,
+            batch_size, seed, todo, key, width, settings, results, progress):
+  """Loads the models and decodes ``todo``; returns ({id: row}, seconds)."""
+  from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+  v_model, p_params, v_tok = verifier.load()
+  d_model, q_params, d_tok = v_model, p_params, v_tok
+  if method.uses_drafter:
+    d_model, q_params, d_tok = drafter.load()
+  tok = v_tok or d_tok
+  rows, seconds = {}, 0.0
+  bar = tqdm(total=len(todo), disable=not progress, desc="decode",
+             file=sys.stderr)
+  for start in range(0, len(todo), batch_size):
+    chunk = todo[start:start + batch_size]
+    t0 = time.perf_counter()
+    out = decoding.generate(
+        method, d_model, v_model, q_params, p_params, sampling=sampling,
+        gamma=gamma, max_new_tokens=max_new_tokens, seeds=seed,
+        request_ids=[harness.request_id(r.id) for r in chunk], pad_to=width,
+        **{key: [list(r.ids) for r in chunk]})
+    dt = time.perf_counter() - t0
+    seconds += dt
+    seqs = out.sequences()
+    for i, req in enumerate(chunk):
+      stats = out.row_stats(i)
+      stats["num_tokens"] = stats.pop("tokens")
+      row = dict(key=req.id, id=req.id, line=req.line, tokens=seqs[i],
+                 **stats, input_tokens=req.input_tokens,
+                 input_truncated=req.truncated, batch_seconds=dt,
+                 settings=settings)
+      if tok is not None:
+        row["text"] = tok.decode(seqs[i])
+      if results is not None:
+        results.append(row)
+      elif is_writer():  # stdout: no resume, so no key / settings
+        print(json.dumps({k: v for k, v in row.items()
+                          if k not in ("key", "settings")}), flush=True)
+      rows[req.id] = row
+    bar.update(len(chunk))
+  bar.close()
+  return rows, seconds
+
+
+__all__ = ["DecodeReport", "available_memory", "cache_bytes", "check_memory",
+           "check_settings", "run_decode", "settings_key"]
