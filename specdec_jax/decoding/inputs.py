@@ -15,7 +15,7 @@ import numpy as np
 from specdec_jax.decoding.loops.state import Batch, Request
 from specdec_jax.decoding.rules import knobs as knobs_lib
 from specdec_jax.decoding.rules import sampling as sampling_lib
-from specdec_jax.models.interface import check_tokens
+from specdec_jax.models.interface import check_decode_model, check_tokens
 
 PAD_TO = 16
 MAX_POSITIONS = 2**31 - 1
@@ -41,8 +41,11 @@ def pad_ragged(rows, width_multiple: int, what: str, pad: int = 0,
     if isinstance(rows, (str, bytes)):
       raise ValueError(f"{what} must be a list of token-id lists, got a "
                        f"string; tokenize the text first")
-    rows = [np.asarray(list(r) if not isinstance(r, (str, bytes)) else r)
-            for r in rows]
+    for i, r in enumerate(rows):
+      if isinstance(r, (str, bytes)):
+        raise ValueError(f"{what} (row {i}) must be integer token ids, got "
+                         f"the string {r!r}; tokenize the text first")
+    rows = [np.asarray(list(r)) for r in rows]
     for i, r in enumerate(rows):
       _check_integer(r, what, i)
     lengths = np.array([r.size for r in rows], np.int32)
@@ -136,16 +139,6 @@ def check_max_new(max_new_tokens, batch: int) -> np.ndarray:
     raise ValueError(f"max_new_tokens {int(arr.max())} is too large: cache "
                      f"positions are int32 (< 2**31); ask for fewer tokens")
   return np.broadcast_to(arr, (batch,)).astype(np.int64)
-
-
-def check_decode_model(model, what: str) -> None:
-  """Raises ValueError unless ``model`` has the decode interface."""
-  need = ("vocab_size", "is_encoder_decoder", "init_cache", "step")
-  missing = [a for a in need if not hasattr(model, a)]
-  if model is None or missing:
-    raise ValueError(f"the {what} must be a DecodeModel "
-                     f"(specdec_jax.models.interface); "
-                     f"{type(model).__name__} lacks {missing or need}")
 
 
 def check_models(method, drafter, verifier) -> None:
