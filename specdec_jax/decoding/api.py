@@ -277,7 +277,7 @@ def generate(method, drafter, verifier, q_params, p_params, prompts=None, *,
                      f"positions are int32, ask for fewer tokens")
   seeds = inputs_lib.check_seeds(seeds, batch)
   req = Request(
-      seed=seeds, request_id=inputs_lib.request_ids(request_ids, prompt,
+      seed=seeds, request_id=inputs_lib.request_ids_of(request_ids, prompt,
                                                     plen, inp, seeds),
       max_new_tokens=np.asarray(max_new.astype(np.int32)))
   batch_in = inputs_lib.make_batch(prompt, plen, inp, jax.tree.map(

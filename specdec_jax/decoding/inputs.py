@@ -268,7 +268,7 @@ def prompts_and_inputs(verifier, prompts, inputs, pad_to: int | None):
   return prompt, plen, inp
 
 
-def request_ids(ids, prompt, plen, inp, seeds) -> np.ndarray:
+def request_ids_of(ids, prompt, plen, inp, seeds) -> np.ndarray:
   """[B] int32 request ids: given, or derived from each request."""
   batch = prompt.shape[0]
   if ids is None:
@@ -280,3 +280,26 @@ def request_ids(ids, prompt, plen, inp, seeds) -> np.ndarray:
   if not np.issubdtype(arr.dtype, np.integer):
     raise ValueError(f"request_ids must be integers, got {arr.tolist()}")
   return arr.astype(np.int32)
+
+
+def prepare_batch(method, verifier, strategy, *, prompts, inputs,
+                  max_new_tokens, seeds, request_ids, pad_to, mesh):
+  """The checked, padded Batch of a call (shared by every entry point).
+
+  Returns:
+    (batch: Batch of device arrays (padded with inert rows for ``mesh``),
+    rows: the number of real rows, max_new: the output buffer size,
+    prompt_width: the padded prompt width).
+  """
+  prompt, plen, inp = prompts_and_inputs(verifier, prompts, inputs, pad_to)
+  rows = prompt.shape[0]
+  max_new = check_max_new(max_new_tokens, rows)
+  seeds = check_seeds(seeds, rows)
+  req = Request(seed=jnp.asarray(seeds),
+                request_id=jnp.asarray(request_ids_of(request_ids, prompt,
+                                                      plen, inp, seeds)),
+                max_new_tokens=jnp.asarray(max_new.astype(np.int32)))
+  batch = make_batch(prompt, plen, inp, req, strategy, method)
+  if mesh is not None:
+    batch = pad_batch(batch, data_parallelism(mesh))
+  return batch, rows, max(1, int(max_new.max())), prompt.shape[1]

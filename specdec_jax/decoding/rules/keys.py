@@ -44,19 +44,31 @@ def row_keys(seed: jax.Array, request_id: jax.Array, position: jax.Array,
                        position.astype(jnp.int32))
 
 
-def block_uniforms(seed, request_id, start, width: int) -> jax.Array:
+def level_purpose(purpose: int, level: int | None) -> int:
+  """The stream of ``purpose`` for an intermediate level of a hierarchy.
+
+  The top verifier and the bottom drafter of a stack use the plain streams
+  (so a two-level stack is exactly the drafter/verifier loop); every
+  intermediate level n verifies with its own streams, ``purpose + 8 n``.
+  """
+  return purpose if level is None else purpose + 8 * level
+
+
+def block_uniforms(seed, request_id, start, width: int,
+                   purpose: int = ACCEPT) -> jax.Array:
   """U[0, 1) acceptance uniforms for positions ``start + j``, j < width.
 
   Args:
     seed, request_id: [B].
     start: [B] int32 first output position of the block.
     width: static number of positions.
+    purpose: the stream (ACCEPT, or an intermediate level's).
 
   Returns:
     [B, width] float32.
   """
   cols = []
   for j in range(width):
-    k = row_keys(seed, request_id, start + j, ACCEPT)
+    k = row_keys(seed, request_id, start + j, purpose)
     cols.append(jax.vmap(lambda kk: jax.random.uniform(kk, ()))(k))
   return jnp.stack(cols, axis=1)

@@ -28,12 +28,14 @@ class BlockResult:
     defer: [B, gamma + 1] float32 deferral mass of each position.
     accept: [B, gamma] bool outcome of each draft's accept test (drafts
       after the first rejection are tested but not used).
+    pi: [B, gamma + 1, V] the target T(q, p) at every position.
   """
 
   accepted: jax.Array
   token: jax.Array
   defer: jax.Array
   accept: jax.Array | None = None
+  pi: jax.Array | None = None
 
 
 def verify_block(target: Target, drafts: jax.Array, q: jax.Array,
@@ -114,4 +116,4 @@ def verify_block(target: Target, drafts: jax.Array, q: jax.Array,
   bonus_tok = sampling.sample(key_bonus, bonus_dist)
   token = jnp.where(accepted < gamma, res_tok, bonus_tok)
   return BlockResult(accepted=accepted.astype(jnp.int32), token=token,
-                     defer=defer, accept=accept)
+                     defer=defer, accept=accept, pi=pi)

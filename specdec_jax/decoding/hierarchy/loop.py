@@ -1,0 +1,431 @@
+"""Hierarchical speculative decoding (HSD, Globerson et al.) in one jit.
+
+A stack M_0 .. M_K (cheapest first, M_K the target). One iteration of the
+outer ``lax.while_loop`` is one top-level round:
+
+    fill(K-1, s)       level K-1 builds a buffer of >= T_{K-1} tokens at s
+      fill(n, s):      while the buffer holds < T_n tokens:
+        fill(n-1, s')    the level below proposes a batch d at s' (nested
+                         while loop; level 0 drafts T_0 tokens itself)
+        M_n scores [tokens it has not seen, d] in ONE block step
+        standard speculative sampling of d against S(p_n), with per
+        position the distribution each token was actually drawn from:
+        accept the longest valid prefix, then append a residual token (at
+        the first rejection) or a bonus token from S(p_n)
+    M_K verifies level K-1's buffer the same way, with ANY target of the
+    engine (T(q, p) with q = p_{K-1}), and the accepted tokens plus one are
+    emitted; every level's cache is rolled back by index.
+
+Buffers live in place in one per-row context array ``ctx`` [B, C] (prompt,
+emitted tokens, then the in-flight batch): level n's accepted tokens are the
+lower batch's tokens where they already stand, so no token is copied. Every
+buffer ends with a token its own level has not fed, so each level's cache
+lags the context by at most one token per level above it plus one; a level
+feeds that lag together with the batch it verifies.
+
+Exactness: each level's batch is an adaptively stopped draft whose tokens
+follow, given the past, the distribution recorded with them (``props``), so
+the next level's rejection sampling is exact (Theorem 2.1); a lenient level
+(a cascade target) records ``effective(pi, S(q))`` at draft positions and
+S(p_n) at bonus positions, so an exact top level still gives exactly M_K.
+
+Static shapes: level 0's batch has T_0 tokens; level n's buffer at most
+B_n = T_n + B_{n-1} (fewer than T_n before its last round, plus a batch of
+at most B_{n-1} + 1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+from jax import lax
+
+from specdec_jax.decoding.loops import state as state_lib
+from specdec_jax.decoding.loops.program import LoopProgram
+from specdec_jax.decoding.loops.state import (Batch, Level, LoopConfig,
+                                              Stream, all_finite)
+from specdec_jax.decoding.rules import keys as keys_lib
+from specdec_jax.decoding.rules import sampling
+from specdec_jax.decoding.rules.knobs import Static
+from specdec_jax.decoding.rules.targets import effective
+from specdec_jax.decoding.verify.chain import verify_block
+
+
+@dataclasses.dataclass(frozen=True)
+class Stack:
+  """Static shape of a hierarchy (part of the compile key).
+
+  Attributes:
+    buffers: (T_0, ..., T_{K-1}) buffer sizes, each >= 1.
+    lenient: per intermediate level n = 1..K-1, the static half of a
+      cascade target it verifies with (None: exact, SpecDecode); its knobs
+      travel in ``Batch.knobs`` as ``'level{n}.<knob>'``.
+  """
+
+  buffers: tuple[int, ...]
+  lenient: tuple[Static | None, ...] = ()
+
+  def __post_init__(self):
+    object.__setattr__(self, "buffers", tuple(int(t) for t in self.buffers))
+    lenient = tuple(self.lenient) or (None,) * (len(self.buffers) - 1)
+    object.__setattr__(self, "lenient", lenient)
+
+  @property
+  def depth(self) -> int:
+    """K: the index of the top level (number of models - 1)."""
+    return len(self.buffers)
+
+  def bound(self, n: int) -> int:
+    """B_n: the most tokens level n's batch can hold."""
+    return self.buffers[0] if n == 0 else self.buffers[n] + self.bound(n - 1)
+
+  @property
+  def lag(self) -> int:
+    """Most context tokens a level can lag behind (one per level above it,
+    one of its own) plus one of margin."""
+    return self.depth + 2
+
+  def context_width(self, prompt_width: int, max_new: int) -> int:
+    """Slots of ``ctx`` and of every cache."""
+    return prompt_width + max_new + self.bound(self.depth - 1) + self.lag + 2
+
+
+@struct.dataclass
+class HState:
+  """Outer loop state.
+
+  Attributes:
+    stream: the emitted token stream.
+    levels: K + 1 levels (cheapest first): caches and counters.
+    ctx: [B, C] int32 prompt, emitted tokens, then the in-flight batch.
+  """
+
+  stream: Stream
+  levels: tuple
+  ctx: jax.Array
+
+
+@struct.dataclass
+class Batchlet:
+  """A level's batch: tokens sit in ``ctx`` at [start, start + count).
+
+  Attributes:
+    count: [B] int32 tokens in the batch.
+    props: [B, B_n, V] distribution each token was drawn from (transformed).
+    logits: [B, B_n, V] the level's own logits before each token (unscaled
+      q for a cascade target above).
+  """
+
+  count: jax.Array
+  props: jax.Array
+  logits: jax.Array
+
+
+def _put(ctx, pos, tok, active):
+  """ctx[b, pos[b]] = tok[b] on active rows."""
+  new = jax.vmap(lambda c, t, p: lax.dynamic_update_index_in_dim(
+      c, t, p, 0))(ctx, tok.astype(ctx.dtype), pos)
+  return jnp.where(active[:, None], new, ctx)
+
+
+def _window(ctx, start, width: int):
+  """[B, width] tokens ctx[b, start[b] : start[b] + width]."""
+  return jax.vmap(lambda c, s: lax.dynamic_slice_in_dim(c, s, width))(
+      ctx, start)
+
+
+def _rows(x, first, count: int):
+  """[B, count, ...] rows x[b, first[b] + j] (clipped inside x)."""
+  idx = jnp.clip(first[:, None] + jnp.arange(count)[None, :], 0,
+                 x.shape[1] - 1)
+  return jnp.take_along_axis(x, idx.reshape(idx.shape + (1,) * (
+      x.ndim - 2)), axis=1)
+
+
+class _Run:
+  """The per-call closure of one hierarchy program (models, config, args)."""
+
+  def __init__(self, models, params, batch: Batch, cfg: LoopConfig,
+               stack: Stack, top: Static):
+    self.models, self.params, self.batch = models, params, batch
+    self.cfg, self.stack = cfg, stack
+    self.strategy = cfg.strategy(batch)
+    self.target = top.bind({k: v for k, v in batch.knobs.items()
+                            if "." not in k})
+    self.extra = bool(self.target.needs_drafter_at_bonus)
+    self.req = batch.req
+
+  # -- model calls -----------------------------------------------------------
+
+  def forward(self, n: int, level: Level, ctx, end, width: int, first,
+              rows: int, active):
+    """Level n feeds ctx[len : end] (<= width tokens) in ONE block step.
+
+    Returns:
+      (logits [B, rows, V] before ctx positions first .. first + rows - 1,
+      level with lengths = end on active rows and one more call).
+    """
+    cache = level.cache
+    toks = _window(ctx, cache.lengths, width)  # [B, width]
+    logits, new = self.models[n].step(self.params[n], toks, cache)
+    out = _rows(logits, first - 1 - cache.lengths, rows)  # [B, rows, V]
+    level = level.replace(cache=new.with_lengths(
+        jnp.where(active, end, cache.lengths))).count(active, calls=1)
+    return out, level
+
+  def catch_up(self, n: int, level: Level, ctx, end, active):
+    """Feeds the tokens level n lags behind ctx[:end]; logits at end - 1.
+
+    One token (the usual case) is a plain 1-token step; a longer lag is
+    one right-padded block with ``logits_at``.
+    """
+    cache, model = level.cache, self.models[n]
+    lag = end - cache.lengths  # [B] >= 1 on active rows
+
+    def one(_):
+      tok = _window(ctx, cache.lengths, 1)
+      logits, new = model.step(self.params[n], tok, cache)
+      return logits[:, 0], new
+
+    def block(_):
+      toks = _window(ctx, cache.lengths, self.stack.lag)
+      at = jnp.clip(lag - 1, 0, self.stack.lag - 1)
+      logits, new = model.step(self.params[n], toks, cache, logits_at=at)
+      return logits[:, 0], new
+
+    logits, new = lax.cond(jnp.all((lag == 1) | ~active), one, block, None)
+    level = level.replace(cache=new.with_lengths(
+        jnp.where(active, end, cache.lengths))).count(active, calls=1)
+    return logits, level
+
+  # -- keys ------------------------------------------------------------------
+
+  def keys(self, pos, purpose: int, n: int | None):
+    """[B] keys of ctx positions ``pos`` for a level's stream."""
+    out = pos - self.batch.prompt_len
+    return keys_lib.row_keys(self.req.seed, self.req.request_id, out,
+                             keys_lib.level_purpose(purpose, n))
+
+  # -- the levels --------------------------------------------------------------
+
+  def draft(self, levels, ctx, start, active):
+    """Level 0 drafts T_0 tokens at ``start``: (levels, ctx, Batchlet)."""
+    t0, b = self.stack.buffers[0], start.shape[0]
+    feeds = t0 - 1 + int(self.extra and self.stack.depth == 1)
+    q, lv0 = self.catch_up(0, levels[0], ctx, start, active)  # [B, V]
+    v = q.shape[-1]
+    props = jnp.zeros((b, t0 + 1, v), jnp.float32)
+    logits = jnp.zeros((b, t0 + 1, v), jnp.float32).at[:, 0].set(q)
+
+    def body(j, carry):
+      lv0, ctx, props, logits = carry
+      q = logits[:, j]
+      sq = self.strategy.probs(q)  # [B, V]
+      tok = sampling.sample(self.keys(start + j, keys_lib.DRAFT, None), sq)
+      ctx = _put(ctx, start + j, tok, active)
+      props = props.at[:, j].set(sq)
+
+      def feed(carry):
+        lv0, logits = carry
+        nxt, cache = self.models[0].step(self.params[0], tok[:, None],
+                                         lv0.cache)
+        lv0 = lv0.replace(cache=cache.with_lengths(jnp.where(
+            active, cache.lengths, lv0.cache.lengths))).count(active,
+                                                                calls=1)
+        return lv0, logits.at[:, j + 1].set(nxt[:, 0])
+
+      lv0, logits = lax.cond(j < feeds, feed, lambda c: c, (lv0, logits))
+      return lv0, ctx, props, logits
+
+    lv0, ctx, props, logits = lax.fori_loop(0, t0, body,
+                                            (lv0, ctx, props, logits))
+    if feeds == t0:  # the extra step: S(q) at the bonus position too
+      props = props.at[:, t0].set(self.strategy.probs(logits[:, t0]))
+    count = jnp.where(active, t0, 0).astype(jnp.int32)
+    return (lv0,) + tuple(levels[1:]), ctx, Batchlet(count, props, logits)
+
+  def verify(self, n: int, levels, ctx, start, sub: Batchlet, active,
+             target, purpose_level):
+    """Level n scores the batch ``sub`` at ``start`` and accepts a prefix.
+
+    Returns:
+      (levels, accepted [B], token [B], its distribution rows
+      out_props/out_logits [B, W + 1, V] at the batch positions, deferral
+      mass [B, W + 1], target pi [B, W + 1, V]).
+    """
+    w = sub.props.shape[1] - 1  # B_{n-1}
+    end = start + sub.count
+    width = w + 1 if n == self.stack.depth else w + self.stack.lag
+    p_logits, lv = self.forward(n, levels[n], ctx, end, width, start, w + 1,
+                                active)
+    drafts = _window(ctx, start, w)  # [B, W]
+    q = sampling.unscaled(sub.logits)
+    sq, sp = sub.props, self.strategy.probs(p_logits)
+    p = sampling.unscaled(p_logits)
+    key = lambda pos, purpose: self.keys(pos, purpose, purpose_level)
+    u = keys_lib.block_uniforms(self.req.seed, self.req.request_id,
+                                start - self.batch.prompt_len, w,
+                                keys_lib.level_purpose(keys_lib.ACCEPT,
+                                                       purpose_level))
+    out = verify_block(target, drafts, q, p, sq, sp, u,
+                       key_residual=key(start, keys_lib.RESIDUAL),
+                       key_bonus=key(start + w, keys_lib.DRAFT))
+    pi = out.pi if target.normalized else effective(out.pi, sq)  # [B,W+1,V]
+    n_acc = jnp.minimum(out.accepted, sub.count)  # [B]
+    full = out.accepted >= sub.count
+    bonus_at = lambda x: jnp.take_along_axis(
+        x, sub.count[:, None, None], axis=1)[:, 0]  # [B, V]
+    bonus_dist = bonus_at(pi) if purpose_level is None and self.extra else (
+        bonus_at(sp))
+    bonus = sampling.sample(key(end, keys_lib.DRAFT), bonus_dist)
+    tok = jnp.where(full, bonus, out.token)
+    iota = jnp.arange(w + 1)[None, :]
+    out_props = jnp.where((iota < sub.count[:, None])[..., None],
+                          effective(pi, sq), sp)
+    levels = tuple(levels[:n]) + (lv,) + tuple(levels[n + 1:])
+    return levels, n_acc, tok, out_props, p_logits, out.defer, full
+
+  def fill(self, n: int, levels, ctx, start, active):
+    """Level n's batch at ``start`` (>= T_n tokens): (levels, ctx, Batchlet).
+
+    Rows with ``active`` False change nothing (fixed shapes: they compute).
+    """
+    if n == 0:
+      return self.draft(levels, ctx, start, active)
+    t_n, bound = self.stack.buffers[n], self.stack.bound(n)
+    w = self.stack.bound(n - 1)
+    lenient = self.stack.lenient[n - 1]
+    target = self._level_target(n, lenient)
+    b, v = start.shape[0], self.models[n].vocab_size
+    first = Batchlet(count=jnp.zeros((b,), jnp.int32),
+                     props=jnp.zeros((b, bound + 1, v), jnp.float32),
+                     logits=jnp.zeros((b, bound + 1, v), jnp.float32))
+
+    def cond(carry):
+      _, _, buf = carry
+      return jnp.any(active & (buf.count < t_n))
+
+    def body(carry):
+      levels, ctx, buf = carry
+      need = active & (buf.count < t_n)
+      s = start + buf.count
+      levels, ctx, sub = self.fill(n - 1, levels, ctx, s, need)
+      levels, n_acc, tok, props, logits, _, _ = self.verify(
+          n, levels, ctx, s, sub, need, target, n)
+      ctx = _put(ctx, s + n_acc, tok, need)
+      levels = self._roll_back(levels, n, s + n_acc, need)
+      levels = tuple(
+          lv.count(need, drafted=sub.count, accepted=n_acc) if m == n else lv
+          for m, lv in enumerate(levels))
+      # Append rows 0..n_acc of the batch's distributions at buf.count.
+      iota = jnp.arange(w + 1)[None, :]
+      dst = jnp.where(need[:, None] & (iota <= n_acc[:, None]),
+                      buf.count[:, None] + iota, bound + 1)  # [B, W + 1]
+      put = jax.vmap(lambda x, i, y: x.at[i].set(y, mode="drop"))
+      buf = Batchlet(count=jnp.where(need, buf.count + n_acc + 1,
+                                     buf.count),
+                     props=put(buf.props, dst, props),
+                     logits=put(buf.logits, dst, logits))
+      return levels, ctx, buf
+
+    return lax.while_loop(cond, body, (levels, ctx, first))
+
+  def _level_target(self, n: int, lenient: Static | None):
+    if lenient is None:
+      from specdec_jax.decoding.rules.targets import SpecDecode  # pylint: disable=g-import-not-at-top
+      return SpecDecode()
+    prefix = f"level{n}."
+    return lenient.bind({k[len(prefix):]: x for k, x in
+                         self.batch.knobs.items() if k.startswith(prefix)})
+
+  def _roll_back(self, levels, n: int, keep, active):
+    """Level n keeps ctx[:keep]; every level below at most that much."""
+    out = []
+    for m, lv in enumerate(levels):
+      if m <= n:
+        old = lv.cache.lengths
+        new = keep if m == n else jnp.minimum(old, keep)
+        lv = lv.replace(cache=lv.cache.with_lengths(
+            jnp.where(active, new, old)))
+      out.append(lv)
+    return tuple(out)
+
+  def round(self, s: HState) -> HState:
+    """One top-level round: fill, verify with the method's target, emit."""
+    k, stream = self.stack.depth, s.stream
+    active = ~stream.done
+    start = self.batch.prompt_len + stream.num_out  # first new position
+    levels, ctx, sub = self.fill(k - 1, s.levels, s.ctx, start, active)
+    if self.extra and k > 1:  # q at the bonus position of level K-1
+      q, lv = self.catch_up(k - 1, levels[k - 1], ctx, start + sub.count,
+                            active)
+      at = sub.count[:, None, None]
+      sub = sub.replace(
+          logits=jnp.where(jnp.arange(sub.logits.shape[1])[None, :, None]
+                           == at, q[:, None], sub.logits))
+      sub = sub.replace(props=jnp.where(
+          jnp.arange(sub.props.shape[1])[None, :, None] == at,
+          self.strategy.probs(q)[:, None], sub.props))
+      levels = tuple(levels[:k - 1]) + (lv,) + (levels[k],)
+    levels, n_acc, tok, _, p_logits, defer, _ = self.verify(
+        k, levels, ctx, start, sub, active, self.target, None)
+    w = sub.props.shape[1] - 1
+    finite = stream.finite & (~active | all_finite(p_logits))
+    cand = _window(ctx, start, w + 1)  # [B, W + 1]
+    iota = jnp.arange(w + 1)[None, :]
+    cand = jnp.where(iota < n_acc[:, None], cand,
+                     jnp.where(iota == n_acc[:, None], tok[:, None],
+                               self.cfg.pad_id))
+    new_stream, _ = stream.emit(cand, n_acc + 1, self.req, self.cfg, finite,
+                                defer)
+    ctx = _put(ctx, start + n_acc, tok, active)
+    levels = self._roll_back(levels, k, start + n_acc, active)
+    levels = tuple(lv.count(active, drafted=sub.count, accepted=n_acc)
+                   if m == k else lv for m, lv in enumerate(levels))
+    return HState(stream=new_stream, levels=levels, ctx=ctx)
+
+
+def program(models: tuple, cfg: LoopConfig, stack: Stack,
+            top: Static) -> LoopProgram:
+  """HSD over ``models`` (M_0 .. M_K) as a LoopProgram.
+
+  Args:
+    models: K + 1 DecodeModels sharing a vocabulary, cheapest first.
+    cfg: static LoopConfig (its topology is unused).
+    stack: buffers and lenient intermediate rules.
+    top: static half of the top level's target (its knobs in the batch).
+  """
+  if len(models) != stack.depth + 1:
+    raise ValueError(f"{len(models)} models need {len(models) - 1} buffers, "
+                     f"got {len(stack.buffers)}")
+
+  def init(args) -> HState:
+    params, batch = args
+    b, width = batch.prompt.shape
+    cap = stack.context_width(width, cfg.max_new)
+    levels, pending = [], None
+    for model, p in zip(models, params):
+      cache, pending = state_lib.start_cache(model, p, batch, cap)
+      levels.append(Level.start(cache, b))
+    ctx = jnp.zeros((b, cap), jnp.int32)
+    ctx = lax.dynamic_update_slice(ctx, batch.prompt, (0, 0))
+    width_out = cfg.max_new + stack.bound(stack.depth - 1) + 1
+    return HState(stream=Stream.start(pending, batch.req, width_out,
+                                      cfg.pad_id),
+                  levels=tuple(levels), ctx=ctx)
+
+  def cond(args, s: HState):
+    return (s.stream.step < cfg.max_new) & ~jnp.all(s.stream.done)
+
+  def body(args, s: HState) -> HState:
+    params, batch = args
+    return _Run(models, params, batch, cfg, stack, top).round(s)
+
+  def finish(args, s: HState):
+    return state_lib.output(s.stream, s.levels, cfg)
+
+  return LoopProgram(("hierarchy", models, cfg, stack, top), init, cond,
+                     body, finish)
