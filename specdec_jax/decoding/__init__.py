@@ -27,12 +27,14 @@ from specdec_jax.decoding.rules.targets import (BiLDRollback, Lossy,
                                                 effective)
 from specdec_jax.decoding.verify.chain import BlockResult, verify_block
 from specdec_jax.decoding.verify.topology import Topology
+from specdec_jax.decoding.verify.tree import Tree, TreeResult, verify_tree
 
 __all__ = [
     "BiLD", "BiLDRollback", "BiLDStar", "BlockResult", "Chow", "DecodeResult",
     "Diff", "DrafterOnly", "Greedy", "Lossy", "LossyGreedy", "METHODS", "OPT",
     "OracleCascade", "REGISTRY", "SeqCascade", "SpecDecode", "Speculative",
     "TargetOnly", "Temperature", "TokenCascade", "TokenV1", "TokenV2",
-    "TokenV3", "TopK", "TopP", "Topology", "clear_compiled", "effective",
-    "generate", "make_method", "sample", "verify_block",
+    "TokenV3", "TopK", "TopP", "Topology", "Tree", "TreeResult",
+    "clear_compiled", "effective", "generate", "make_method", "sample",
+    "verify_block", "verify_tree",
 ]

@@ -28,6 +28,7 @@ import jax
 import numpy as np
 
 from specdec_jax.decoding import inputs as inputs_lib
+from specdec_jax.decoding.loops import tree as tree_loop
 from specdec_jax.decoding.loops.program import run_program
 from specdec_jax.decoding.loops.state import LoopConfig, Request, capacity
 from specdec_jax.decoding.rules import sampling as sampling_lib
@@ -202,7 +203,7 @@ def generate(method, drafter, verifier, q_params, p_params, prompts=None, *,
              pad_id: int = 0, max_cache_length: int | None = None,
              on_nonfinite: str = "raise", mesh=None,
              pad_to: int | None = None,
-             return_trace: bool = False) -> DecodeResult:
+             return_trace: bool = False, tree=None) -> DecodeResult:
   """Decodes a batch with ``method`` (see ``registry.py``).
 
   Args:
@@ -241,6 +242,9 @@ def generate(method, drafter, verifier, q_params, p_params, prompts=None, *,
     return_trace: also return per-block drafts, accept tests and emitted
       tokens (speculative methods; off by default, so the hot path is
       unchanged).
+    tree: optional ``decoding.Tree`` (or a Topology): draft a token tree
+      per block and verify it in ONE verifier step (docs/trees.md);
+      ``gamma`` is then ignored (the tree's depth is the draft depth).
 
   Returns:
     DecodeResult.
@@ -263,15 +267,23 @@ def generate(method, drafter, verifier, q_params, p_params, prompts=None, *,
   buf = max(1, int(max_new.max()))
   if eos_id == "auto":
     eos_id = getattr(verifier, "eos_id", None)
-  cfg = LoopConfig(topology=topology, max_new=buf, eos_id=eos_id,
-                   pad_id=pad_id, sampling=inputs_lib.sampling_static(
-                       strategy), trace=bool(return_trace))
-  need = capacity(prompt.shape[1], cfg)
+  loop_fields = dict(max_new=buf, eos_id=eos_id, pad_id=pad_id,
+                     sampling=inputs_lib.sampling_static(strategy),
+                     trace=bool(return_trace))
+  if tree is not None:
+    cfg = tree_loop.make_config(tree, method, verifier.vocab_size,
+                                **loop_fields)
+  else:
+    cfg = LoopConfig(topology=topology, **loop_fields)
+  need = capacity(prompt.shape[1], cfg, chunk=int(tree is not None))
   if max_cache_length is not None and need > max_cache_length:
+    block = (f"the tree's {cfg.topology.num_nodes} nodes + 3" if tree is
+             not None else "gamma + 2")
     raise ValueError(
-        f"prompt ({prompt.shape[1]} padded) + max_new_tokens ({buf}) + gamma "
-        f"+ 2 = {need} cache slots exceed max_cache_length "
-        f"({max_cache_length}); shorten the prompt or max_new_tokens")
+        f"prompt ({prompt.shape[1]} padded) + max_new_tokens ({buf}) + "
+        f"{block} = {need} cache slots exceed max_cache_length "
+        f"({max_cache_length}); shorten the prompt, max_new_tokens or the "
+        f"draft block")
   if need >= inputs_lib.MAX_POSITIONS:
     raise ValueError(f"prompt + max_new_tokens needs {need} cache slots; "
                      f"positions are int32, ask for fewer tokens")
@@ -282,6 +294,8 @@ def generate(method, drafter, verifier, q_params, p_params, prompts=None, *,
       max_new_tokens=np.asarray(max_new.astype(np.int32)))
   batch_in = inputs_lib.make_batch(prompt, plen, inp, jax.tree.map(
       jax.numpy.asarray, req), strategy, method)
+  if tree is not None:
+    batch_in = tree_loop.add_tree(batch_in, cfg.topology)
   if mesh is not None:
     batch_in = inputs_lib.pad_batch(batch_in,
                                     inputs_lib.data_parallelism(mesh))

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import jax
 
 from specdec_jax.decoding.loops import sequential, speculative
+from specdec_jax.decoding.loops import tree as tree_loop
 from specdec_jax.decoding.loops.drafting import FallbackStop
 from specdec_jax.decoding.loops.program import LoopProgram
 from specdec_jax.decoding.loops.state import LoopConfig
@@ -78,6 +79,7 @@ class Speculative:
   target: Any = dataclasses.field(default_factory=targets.SpecDecode)
   uses_drafter = True
   traces = True
+  trees = True  # runs on draft trees (generate(..., tree=Tree(...)))
 
   @property
   def greedy_only(self) -> bool:
@@ -90,7 +92,10 @@ class Speculative:
     self.target.validate()
 
   def program(self, models, cfg: LoopConfig) -> LoopProgram:
-    return speculative.program(models, cfg, TargetRule(split(self.target)[0]))
+    rule = TargetRule(split(self.target)[0])
+    if isinstance(cfg, tree_loop.TreeConfig):
+      return tree_loop.program(models, cfg, rule)
+    return speculative.program(models, cfg, rule)
 
 
 @dataclasses.dataclass(frozen=True)

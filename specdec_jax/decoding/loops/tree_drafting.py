@@ -1,0 +1,185 @@
+"""The tree draft phase: the drafter fills a token tree level by level.
+
+The block is ``[root = pending, node_0, ..., node_{N-1}]`` (breadth-first).
+Drafter call k (k = 0..D) feeds the block prefix holding every node of depth
+<= k (``verify.tree.call_widths``; nodes not drawn yet are placeholders that
+nobody attends to) at positions ``lengths + depth`` under the ancestor mask,
+so the logits at the depth-k nodes are those of their root-to-node paths.
+The children of the depth-k nodes are then drawn rank by rank (the
+proposals of ``verify/tree.py``). Each call rewrites the block at the same
+slots (the cache length is reset after each), so after the last call the
+drafter's cache holds every node's keys and values and the accepted path
+is kept with ``cache.commit``. The last call (k = D) also gives q at the
+depth-D leaves, which cascade targets need at the bonus position; with
+``sync='catchup'`` it is skipped and a depth-D node on the accepted path
+is fed at the start of the next draft phase instead.
+
+Every block position keeps the logits and S(q) of the call that drew its
+children (``logits``, ``sq``), so verification sees exactly the proposals
+the children were drawn from.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+from jax import lax
+
+from specdec_jax.decoding.loops.state import Request
+from specdec_jax.decoding.rules import keys as keys_lib
+from specdec_jax.decoding.rules import sampling
+from specdec_jax.decoding.verify import tree as tree_lib
+from specdec_jax.models.cache import KVCache
+
+
+@struct.dataclass
+class TreeDraft:
+  """Output of one tree draft phase.
+
+  Attributes:
+    tokens: [B, N + 1] int32 block tokens (pending, then the drafted nodes).
+    logits: [B, N + 1, V] drafter logits at every block position.
+    sq: [B, N + 1, V] S(q) at every block position.
+    cache: the drafter's cache, lengths = the block start (its K/V hold
+      the block as written by the last call).
+    start: [B] int32 cache slot of the block's root.
+    calls: [] int32 drafter calls made.
+  """
+
+  tokens: jax.Array
+  logits: jax.Array
+  sq: jax.Array
+  cache: KVCache
+  start: jax.Array
+  calls: jax.Array
+
+
+def _catch_up(drafter, q_params, cache: KVCache, token, valid):
+  """Feeds ``token`` [B] on rows where ``valid`` [B] (one 1-token step)."""
+
+  def feed(cache):
+    _, new = drafter.step(q_params, token[:, None], cache,
+                          logits_at=jnp.zeros_like(token))
+    return new.with_lengths(cache.lengths + valid.astype(jnp.int32))
+
+  return lax.cond(jnp.any(valid), feed, lambda c: c, cache)
+
+
+def _draw_children(kind: str, logits, sq, kids, slot_of, keys_at, c_max):
+  """Children tokens of P parents, rank by rank.
+
+  Args:
+    kind: proposal kind (static).
+    logits: [B, P, V] drafter logits at the parents.
+    sq: [B, P, V] S(q) there.
+    kids: [B, P, C] child nodes (-1: none).
+    slot_of: [B, N] slot of every node.
+    keys_at: slots [B, P] -> [B, P] DRAFT keys of the children.
+    c_max: static C.
+
+  Returns:
+    [B, P, C] int32 drawn tokens.
+  """
+  b, npar, v = sq.shape
+  flat = lambda x: x.reshape((b * npar,) + x.shape[2:])
+  iota = jnp.arange(v)
+  used = jnp.zeros((b, npar, v), bool)
+  top = lax.top_k(logits, c_max)[1] if kind == "top_k" else None
+  out = []
+  for i in range(c_max):
+    slots = jnp.take_along_axis(slot_of, jnp.maximum(kids[..., i], 0),
+                                axis=1)  # [B, P]
+    if kind == "top_k":
+      x = top[..., i]
+    else:
+      keys = flat(keys_at(slots))
+      if kind == "iid" or i == 0:
+        x = sampling.sample(keys, flat(sq)).reshape(b, npar)
+      else:
+        masked, mass = tree_lib.remaining(sq, used)
+        drawn = sampling.sample(keys, flat(masked)).reshape(b, npar)
+        best = sampling.argmax(jnp.where(used, -jnp.inf, logits))
+        x = jnp.where(mass > 0, drawn, best)
+    used = used | (iota == x[..., None])
+    out.append(x.astype(jnp.int32))
+  return jnp.stack(out, axis=-1)
+
+
+def draft_tree(drafter, q_params, cache: KVCache, pending: jax.Array,
+               start_out: jax.Array, catchup: jax.Array,
+               catchup_valid: jax.Array, tree: dict, strategy, req: Request,
+               shape: tuple[int, int, int], kind: str, last_call: bool,
+               pad_id: int) -> TreeDraft:
+  """Drafts one tree per row.
+
+  Args:
+    drafter, q_params: the drafter and its parameters.
+    cache: the drafter's cache (pending not yet fed).
+    pending: [B] the root token.
+    start_out: [B] output position of the first node (depth 1).
+    catchup, catchup_valid: [B] a depth-D node of the last accepted path
+      the drafter never fed, and whether to feed it first.
+    tree: per-row tree arrays (``verify.tree.tree_arrays``).
+    strategy: the sampling transform S.
+    req: per-row Request (keys).
+    shape: static (N, D, C).
+    kind: proposal kind (static).
+    last_call: run call D (q at the depth-D leaves, every node cached).
+    pad_id: placeholder token of nodes not yet drawn.
+
+  Returns:
+    TreeDraft.
+  """
+  n, d_max, c_max = shape
+  widths = tree_lib.call_widths(*shape)
+  bounds = tree_lib.level_bounds(*shape)
+  cache = _catch_up(drafter, q_params, cache, catchup, catchup_valid)
+  base = cache.lengths  # [B]
+  b = pending.shape[0]
+  depth = tree["tree.depth"]  # [B, N + 1]
+  parents, ranks = tree["tree.parents"], tree["tree.rank"]
+  toks = jnp.concatenate(
+      [pending[:, None], jnp.full((b, n), pad_id, jnp.int32)], axis=1)
+  logits_buf = sq_buf = None
+  rows = jnp.arange(b)[:, None]
+  calls = d_max + int(last_call)
+  for k in range(calls):
+    w = widths[k] + 1
+    logits, new = drafter.step(
+        q_params, toks[:, :w], cache, positions=base[:, None] + depth[:, :w],
+        mask=tree["tree.mask"][:, :w, :w])  # [B, w, V]
+    cache = new.with_lengths(base)
+    # The block positions of depth k (contiguous, breadth-first).
+    pos = tree["tree.first"][:, k:k + 1] + jnp.arange(bounds[k])  # [B, P]
+    valid = (pos < w) & (jnp.take_along_axis(
+        depth, jnp.minimum(pos, n), axis=1) == k)
+    pos_in = jnp.minimum(pos, w - 1)
+    lg = jnp.take_along_axis(logits, pos_in[..., None], axis=1)  # [B, P, V]
+    sq = strategy.probs(lg)
+    if logits_buf is None:
+      logits_buf = jnp.zeros((b, n + 1) + lg.shape[2:], lg.dtype)
+      sq_buf = jnp.zeros_like(logits_buf, jnp.float32)
+    drop = jnp.where(valid, pos, n + 1)
+    logits_buf = logits_buf.at[rows, drop].set(lg, mode="drop")
+    sq_buf = sq_buf.at[rows, drop].set(sq, mode="drop")
+    if k == d_max:
+      break
+    kids = jnp.take_along_axis(tree["tree.children"], pos_in[..., None],
+                               axis=1)  # [B, P, C]
+    kids = jnp.where(valid[..., None], kids, -1)
+    out_pos = start_out + k
+    keys_at = lambda slots, o=out_pos: tree_lib.node_keys(
+        req.seed, req.request_id, o, slots, keys_lib.DRAFT)
+    drawn = _draw_children(kind, lg, sq, kids, tree["tree.slot"], keys_at,
+                           c_max)  # [B, P, C]
+    # Node j of depth k + 1 is child rank[j] of gathered parent index
+    # parents[j] + 1 - first[k].
+    at = (parents + 1 - tree["tree.first"][:, k:k + 1]) * c_max + ranks
+    at = jnp.clip(at, 0, bounds[k] * c_max - 1)
+    vals = jnp.take_along_axis(drawn.reshape(b, -1), at, axis=1)  # [B, N]
+    toks = toks.at[:, 1:].set(jnp.where(depth[:, 1:] == k + 1, vals,
+                                        toks[:, 1:]))
+  return TreeDraft(tokens=toks, logits=logits_buf, sq=sq_buf, cache=cache,
+                   start=base, calls=jnp.int32(calls) + jnp.any(
+                       catchup_valid).astype(jnp.int32))

@@ -1,0 +1,353 @@
+"""Exact tree verification: recursive rejection sampling over a token tree.
+
+The primitive (SpecInfer / Sequoia; ../shared/reference/trees-and-hierarchies.md
+section 2.1). At a node with target ``pi`` and children x_1 .. x_k in rank
+order, child x_i drawn from Q_i (which may depend on the earlier siblings):
+
+    r <- pi
+    for i = 1..k:  accept x_i iff u_i * Q_i(x_i) < r(x_i)   (prob min(1, r/Q_i))
+                   if accepted: descend into x_i (r <- pi there)
+                   else r <- norm(max(0, r - Q_i))
+    no child accepted, or a leaf: emit one token ~ r
+
+By the rejection-sampling lemma (over siblings, then depth) the emitted path
+plus token is distributed exactly as the token-level process that samples
+every token from ``pi``, for ANY proposals Q_i that the children really were
+drawn from. Proposal kinds (``Tree.proposal``):
+
+* ``iid`` (SpecInfer): Q_i = S(q), children drawn independently;
+* ``without_replacement`` (Sequoia / RSD, the default): Q_i = S(q) with the
+  earlier siblings zeroed and renormalised (children are distinct). When no
+  mass is left (a one-hot S(q) at temperature 0, or an exhausted top-p
+  nucleus) the child is the most likely unscaled-q token not yet used, with a
+  one-hot proposal (exact: Q_i may depend on the earlier siblings);
+* ``top_k`` (EAGLE-style, deterministic): child i is the i-th most likely
+  token of the UNSCALED q, Q_i = one-hot(x_i).
+
+Worked example (the test suite runs it): vocabulary {0, 1, 2}, the root has
+children x_1 = 1, x_2 = 2 (without replacement), pi = S(p) = [.1, .3, .6],
+S(q) = [.2, .5, .3], uniforms u_1 = .9, u_2 = .5:
+
+    child 1: u*Q_1(1) = .9 * .5 = .45 >= r(1) = .3           -> reject
+             r <- max(0, pi - Q_1) = [0, 0, .3] (mass z = .3)
+    child 2: Q_2 = S(q) without token 1 = [.4, 0, .6]
+             u*Q_2(2)*z = .5 * .6 * .3 = .09 < r(2) = .3      -> accept
+
+so token 2 is emitted and the walk descends into child 2.
+
+Randomness (per request, ``rules/keys.py``): the node of depth d with slot s
+(its index among the nodes of depth d) is drawn with the DRAFT stream at
+output position ``start + d - 1`` (folded with s when s > 0) and tested with
+the ACCEPT stream likewise; the final token after rejections at depth n uses
+``fold_in(RESIDUAL at start, n)``, at a leaf of depth n the DRAFT stream at
+``start + n``. A chain-shaped tree therefore uses exactly the chain kernel's
+streams, and gives its tokens (``verify/chain.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+from jax import lax
+
+from specdec_jax.decoding.rules import keys as keys_lib
+from specdec_jax.decoding.rules import sampling
+from specdec_jax.decoding.rules.targets import Target, effective
+from specdec_jax.decoding.verify.topology import Topology
+
+PROPOSALS = ("iid", "without_replacement", "top_k")
+SYNCS = ("auto", "commit", "catchup")
+# Keys of the per-row tree arrays inside ``Batch.knobs`` (a '.' keeps them
+# apart from the method's own knobs).
+ARRAYS = ("tree.parents", "tree.depth", "tree.rank", "tree.slot",
+          "tree.children", "tree.mask", "tree.first")
+
+
+@dataclasses.dataclass(frozen=True)
+class Tree:
+  """A draft tree for ``decoding.generate(..., tree=Tree(...))``.
+
+  Attributes:
+    topology: the static shape (``Topology.kary(2, 3)``, ``from_paths``,
+      ``chain``, or a planner's ``planners.plan_tree(...).topology``).
+    proposal: how children are drawn: 'without_replacement' (default),
+      'iid' or 'top_k' (see the module docstring).
+    drafter_sync: how the drafter's cache follows the accepted path:
+      'commit' (one more drafter call over the whole tree, then
+      ``cache.commit``), 'catchup' (skip that call; the next block first
+      feeds the last accepted node when it was never fed), or 'auto'
+      (catchup when the target never reads q at the leaves, i.e.
+      SpecDecode, else commit).
+  """
+
+  topology: Topology
+  proposal: str = "without_replacement"
+  drafter_sync: str = "auto"
+
+  def __post_init__(self):
+    if isinstance(self.topology, (list, tuple)):
+      object.__setattr__(self, "topology", Topology(tuple(self.topology)))
+    if not isinstance(self.topology, Topology):
+      raise ValueError(f"Tree needs a Topology (Topology.kary(2, 3), "
+                       f"Topology.from_paths(...)) or a list of parent "
+                       f"indices, got {type(self.topology).__name__}")
+    if self.proposal not in PROPOSALS:
+      raise ValueError(f"unknown tree proposal {self.proposal!r}; choose "
+                       f"one of {', '.join(PROPOSALS)}")
+    if self.drafter_sync not in SYNCS:
+      raise ValueError(f"drafter_sync must be one of {', '.join(SYNCS)}, "
+                       f"got {self.drafter_sync!r}")
+
+  @property
+  def shape(self) -> tuple[int, int, int]:
+    """(nodes N, max depth D, max children C): what a program compiles for."""
+    t = self.topology
+    return t.num_nodes, t.max_depth, t.max_children
+
+
+# -- static bounds of a (N, D, C) tree ----------------------------------------
+
+
+def call_widths(n: int, d: int, c: int) -> tuple[int, ...]:
+  """Upper bound on the nodes of depth <= k, for k = 0..D (tree as data).
+
+  Breadth-first numbering puts those nodes first, so drafter call k feeds
+  the block prefix [root, nodes 0 .. W_k - 1] only.
+  """
+  out, level = [0], 1
+  for k in range(1, d + 1):
+    level *= c
+    out.append(min(n - (d - k), out[-1] + level))
+  return tuple(out)
+
+
+def level_bounds(n: int, d: int, c: int) -> tuple[int, ...]:
+  """Upper bound on the block positions of depth exactly k, k = 0..D."""
+  widths = call_widths(n, d, c)
+  return (1,) + tuple(max(1, min(c**k, n - d + 1, widths[k] - k + 1))
+                      for k in range(1, d + 1))
+
+
+def tree_arrays(topology: Topology, batch: int) -> dict[str, np.ndarray]:
+  """The per-row arrays of a tree (host side; they travel in the Batch).
+
+  Returns:
+    dict of ``tree.parents`` [B, N] (parent node, -1 = root),
+    ``tree.depth`` [B, N + 1] block depths (root 0), ``tree.rank`` [B, N],
+    ``tree.slot`` [B, N] (index among the nodes of the same depth),
+    ``tree.children`` [B, N + 1, C] child nodes of block position j (-1
+    padded), ``tree.mask`` [B, N + 1, N + 1] ancestor-or-self mask,
+    ``tree.first`` [B, D + 2] block position of the first token of each
+    depth (N + 1 past the last).
+  """
+  t = topology
+  n, d, c = t.num_nodes, t.max_depth, t.max_children
+  depth = t.block_depths()
+  first = [int(np.argmax(depth == k)) for k in range(d + 1)] + [n + 1]
+  slot = [i + 1 - first[depth[i + 1]] for i in range(n)]
+  children = np.full((n + 1, c), -1, np.int32)
+  for j, kids in enumerate(t.children):
+    children[j, :len(kids)] = kids
+  one = {"tree.parents": np.asarray(t.parents, np.int32), "tree.depth": depth,
+         "tree.rank": np.asarray(t.ranks, np.int32),
+         "tree.slot": np.asarray(slot, np.int32), "tree.children": children,
+         "tree.mask": t.block_mask(), "tree.first": np.asarray(first,
+                                                               np.int32)}
+  return {k: np.broadcast_to(v, (batch,) + v.shape).copy()
+          for k, v in one.items()}
+
+
+# -- proposals and keys (shared by drafting and verification) ----------------
+
+
+def node_keys(seed, request_id, position, slot, purpose: int) -> jax.Array:
+  """Keys of nodes: the plain stream at ``position`` for slot 0, else
+  folded with the slot.
+
+  Args:
+    seed, request_id: [B].
+    position: [B] int32 output position (start + depth - 1).
+    slot: [B, K] int32 slots of K nodes.
+    purpose: DRAFT or ACCEPT.
+
+  Returns:
+    [B, K] typed keys.
+  """
+  base = keys_lib.row_keys(seed, request_id, position, purpose)  # [B]
+  folded = jax.vmap(lambda k, s: jax.vmap(
+      lambda ss: jax.random.fold_in(k, ss))(s))(base, slot)  # [B, K]
+  return jnp.where(slot == 0, base[:, None], folded)
+
+
+def remaining(sq: jax.Array, used: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """S(q) without the earlier siblings' tokens.
+
+  Args:
+    sq: [..., V] transformed drafter distribution.
+    used: [..., V] bool, tokens of the earlier siblings.
+
+  Returns:
+    (masked weights [..., V], their mass [...]); mass 0 means the proposal
+    falls back to one-hot.
+  """
+  masked = jnp.where(used, 0.0, sq)
+  return masked, jnp.sum(masked, axis=-1)
+
+
+def proposal_dist(kind: str, rank: int, sq, used, x) -> jax.Array:
+  """Q_rank, the law the child of this rank was drawn from.
+
+  Args:
+    kind: one of PROPOSALS (static).
+    rank: the child's rank (static).
+    sq: [B, V] transformed drafter distribution at the parent.
+    used: [B, V] bool tokens of the earlier siblings (without replacement).
+    x: [B] the child's token (for one-hot proposals).
+
+  Returns:
+    [B, V] normalised Q (rank 0 of a sampled kind: ``sq`` itself, bit for
+    bit, as the chain kernel uses).
+  """
+  onehot = jax.nn.one_hot(x, sq.shape[-1], dtype=sq.dtype)
+  if kind == "top_k":
+    return onehot
+  if kind == "iid" or rank == 0:
+    return sq
+  masked, mass = remaining(sq, used)
+  safe = jnp.where(mass > 0, mass, 1.0)[:, None]
+  return jnp.where((mass > 0)[:, None], masked / safe, onehot)
+
+
+def _take(x: jax.Array, idx: jax.Array) -> jax.Array:
+  """x [B, K, ...] at per-row index idx [B] -> [B, ...]."""
+  idx = idx.reshape(idx.shape + (1,) * (x.ndim - 1))
+  return jnp.take_along_axis(x, idx, axis=1)[:, 0]
+
+
+# -- the walk ------------------------------------------------------------------
+
+
+@struct.dataclass
+class TreeResult:
+  """Outcome of verifying one tree block.
+
+  Attributes:
+    accepted: [B] int32 nodes accepted along the path (0..D).
+    path: [B, D + 1] int32 block positions of the accepted path: 0 (the
+      root), then the accepted nodes (+1); entries past ``accepted`` are
+      their own index (ignored by ``cache.commit``).
+    token: [B] int32 the token emitted after the path (residual or bonus).
+    rejected: [B] bool whether the token is a residual draw (some child of
+      the last node was rejected) rather than a bonus draw.
+    defer: [B, D + 1] float32 deferral mass at the path positions.
+    accept: [B, N] bool outcome of each node's accept test (False where
+      not tested).
+  """
+
+  accepted: jax.Array
+  path: jax.Array
+  token: jax.Array
+  rejected: jax.Array
+  defer: jax.Array
+  accept: jax.Array
+
+
+@struct.dataclass
+class _Walk:
+  cur: jax.Array  # [B] block position of the current node
+  r: jax.Array  # [B, V] unnormalised residual target at cur
+  z: jax.Array  # [B] its mass (1.0 exactly before any rejection)
+  live: jax.Array  # [B] the walk continues below cur
+  rejected: jax.Array  # [B] some child of cur was rejected
+  n: jax.Array  # [B] accepted nodes
+  path: jax.Array  # [B, D + 1]
+  accept: jax.Array  # [B, N]
+
+
+def verify_tree(target: Target, kind: str, tokens: jax.Array, tree: dict,
+                q: jax.Array, p: jax.Array, sq: jax.Array, sp: jax.Array,
+                u: jax.Array, key_residual: jax.Array,
+                key_bonus: jax.Array) -> TreeResult:
+  """Walks a drafted tree against pi = T(q, p) and picks the next token.
+
+  Args:
+    target: the target distribution T (pi is replaced by its effective law
+      ``effective(pi, S(q))`` when T is not normalised).
+    kind: the proposal kind the children were drawn with (static).
+    tokens: [B, N + 1] int32 block tokens (root = pending, then nodes).
+    tree: the per-row tree arrays (``tree_arrays``; keys 'tree.*').
+    q, p: [B, N + 1, V] unscaled drafter / verifier distributions.
+    sq, sp: [B, N + 1, V] transformed ones (children were drawn from sq).
+    u: [B, N] float32 accept uniforms of the nodes.
+    key_residual: [B] RESIDUAL key at the block start (the accepted depth
+      is folded in).
+    key_bonus: [B, D + 1] DRAFT keys at start + n, n = 0..D.
+
+  Returns:
+    TreeResult.
+  """
+  b, width, v = p.shape
+  children = tree["tree.children"]  # [B, N + 1, C]
+  c_max, d_max = children.shape[-1], key_bonus.shape[1] - 1
+  pi, defer = target(q, p, sq, sp)  # [B, N+1, V], [B, N+1]
+  if not target.normalized:
+    pi = effective(pi, sq)
+  nodes = tokens[:, 1:]  # [B, N]
+  iota_n = jnp.arange(width - 1)[None, :]
+
+  def level(depth, w: _Walk) -> _Walk:
+    kids = _take(children, w.cur)  # [B, C]
+    sq_cur = _take(sq, w.cur)  # [B, V]
+    used = jnp.zeros((b, v), bool)
+    taken = jnp.zeros((b,), bool)
+    nxt, r, z, rejected, accept = w.cur, w.r, w.z, w.rejected, w.accept
+    for i in range(c_max):
+      c = kids[:, i]  # [B]
+      has = (c >= 0) & w.live & ~taken
+      ci = jnp.maximum(c, 0)
+      x = jnp.take_along_axis(nodes, ci[:, None], axis=1)[:, 0]  # [B]
+      big_q = proposal_dist(kind, i, sq_cur, used, x)  # [B, V]
+      used = used | (jnp.arange(v)[None, :] == x[:, None])
+      qx = jnp.take_along_axis(big_q, x[:, None], axis=1)[:, 0]
+      rx = jnp.take_along_axis(r, x[:, None], axis=1)[:, 0]
+      ux = jnp.take_along_axis(u, ci[:, None], axis=1)[:, 0]
+      ok = has & (ux * qx * z < rx)  # [B]
+      rej = has & ~ok
+      res = jnp.maximum(r - z[:, None] * big_q, 0.0)  # [B, V]
+      mass = jnp.sum(res, axis=-1)
+      # No residual mass only happens through rounding: fall back to pi.
+      res = jnp.where((mass > 0)[:, None], res, _take(pi, w.cur))
+      mass = jnp.where(mass > 0, mass, 1.0)
+      r = jnp.where(rej[:, None], res, r)
+      z = jnp.where(rej, mass, z)
+      rejected = rejected | rej
+      accept = accept | (ok[:, None] & (iota_n == c[:, None]))
+      nxt = jnp.where(ok, c + 1, nxt)
+      taken = taken | ok
+    pi_next = _take(pi, nxt)
+    path = w.path.at[:, depth + 1].set(jnp.where(taken, nxt, depth + 1))
+    return _Walk(
+        cur=nxt, r=jnp.where(taken[:, None], pi_next, r),
+        z=jnp.where(taken, 1.0, z), live=w.live & taken,
+        rejected=jnp.where(taken, False, rejected),
+        n=w.n + taken.astype(jnp.int32), path=path, accept=accept)
+
+  start = _Walk(
+      cur=jnp.zeros((b,), jnp.int32), r=pi[:, 0], z=jnp.ones((b,),
+                                                             jnp.float32),
+      live=jnp.ones((b,), bool), rejected=jnp.zeros((b,), bool),
+      n=jnp.zeros((b,), jnp.int32),
+      path=jnp.broadcast_to(jnp.arange(d_max + 1, dtype=jnp.int32),
+                            (b, d_max + 1)),
+      accept=jnp.zeros((b, width - 1), bool))
+  w = lax.fori_loop(0, d_max, level, start)
+  key_n = jax.vmap(jax.random.fold_in)(key_residual, w.n)
+  key = jnp.where(w.rejected, key_n, _take(key_bonus, w.n))
+  token = sampling.sample(key, w.r)
+  defer_path = jnp.take_along_axis(defer, w.path, axis=1)  # [B, D + 1]
+  return TreeResult(accepted=w.n, path=w.path, token=token,
+                    rejected=w.rejected, defer=defer_path, accept=w.accept)

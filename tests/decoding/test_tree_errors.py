@@ -1,0 +1,85 @@
+"""Bad trees and unsupported combinations fail before anything runs."""
+
+import pytest
+
+from specdec_jax import decoding
+from specdec_jax.decoding.loops import program as program_lib
+from tests.decoding import fakes
+
+Topology = decoding.Topology
+
+
+@pytest.mark.parametrize("parents,match", [
+    ((), "at least one node, got zero nodes"),
+    ((-1, 2, 0), "node 1 has parent 2, which is not an earlier node"),
+    ((-1, 1), "node 1 has parent 1"),  # a cycle (its own parent)
+    ((-1, 0, -1), "node 2 \\(depth 1\\) comes after a node of depth 2: "
+                  "number nodes breadth-first"),
+    ((-1, -3), "node 1 has parent -3; use -1 for the root"),
+])
+def test_malformed_topologies(parents, match):
+  with pytest.raises(ValueError, match=match):
+    decoding.Tree(Topology(parents))
+
+
+def test_bad_tree_objects():
+  with pytest.raises(ValueError, match="unknown tree proposal 'gumbel'"):
+    decoding.Tree(Topology.kary(2, 2), proposal="gumbel")
+  with pytest.raises(ValueError, match="drafter_sync must be one of"):
+    decoding.Tree(Topology.kary(2, 2), drafter_sync="lazy")
+  with pytest.raises(ValueError, match="Tree needs a Topology"):
+    decoding.Tree("kary")
+  assert decoding.Tree([-1, -1, 0]).shape == (3, 2, 2)  # parent list
+
+
+def _gen(method, tree, **kw):
+  drafter = verifier = fakes.plus_one(vocab=16)
+  kw.setdefault("max_new_tokens", 4)
+  return decoding.generate(method, drafter, verifier, {}, {}, [[2, 3]],
+                           tree=tree, **kw)
+
+
+@pytest.mark.parametrize("method,match", [
+    (decoding.make_method("bild"), "BiLD does not run on draft trees"),
+    (decoding.TargetOnly(), "TargetOnly does not run on draft trees"),
+    (decoding.make_method("token_cascade"), "TokenCascade does not run"),
+    (decoding.make_method("oracle_diff"), "does not run on draft trees"),
+])
+def test_methods_without_trees_are_rejected(method, match):
+  with pytest.raises(ValueError, match=match):
+    _gen(method, decoding.Tree(Topology.kary(2, 2)))
+
+
+def test_unsupported_combinations_are_rejected_before_compiling():
+  before = len(program_lib._COMPILED)  # pylint: disable=protected-access
+  spec = decoding.make_method("spec_decode")
+  with pytest.raises(ValueError, match="a node with 17 children but the "
+                     "vocabulary has only 16 tokens"):
+    _gen(spec, decoding.Tree(Topology.kary(17, 1)))
+  with pytest.raises(ValueError, match="LossyGreedy is greedy: i.i.d. "
+                     "children .* use proposal='top_k'"):
+    _gen(decoding.make_method("lossy_greedy"),
+         decoding.Tree(Topology.kary(2, 2), "iid"))
+  with pytest.raises(ValueError, match="LossyGreedy is a greedy method"):
+    _gen(decoding.make_method("lossy_greedy"),
+         decoding.Tree(Topology.kary(2, 2), "top_k"),
+         sampling=decoding.Temperature(1.0))
+  with pytest.raises(ValueError, match="drafter_sync='catchup' .* TokenV3 "
+                     "reads q there"):
+    _gen(decoding.make_method("token_v3"),
+         decoding.Tree(Topology.kary(2, 2), drafter_sync="catchup"))
+  with pytest.raises(ValueError, match="tree must be a decoding.Tree"):
+    _gen(spec, "kary")
+  # Depth/size beyond the cache: the tree's nodes count against it.
+  with pytest.raises(ValueError, match="the tree's 30 nodes \\+ 3 = 50 "
+                     "cache slots exceed max_cache_length \\(40\\)"):
+    _gen(spec, decoding.Tree(Topology.chain(30)), max_cache_length=40,
+         max_new_tokens=1)
+  assert len(program_lib._COMPILED) == before  # pylint: disable=protected-access
+
+
+def test_a_topology_is_a_tree_with_the_default_proposal():
+  out = _gen(decoding.make_method("spec_decode"), Topology.chain(2),
+             max_new_tokens=5, eos_id=None)
+  assert out.sequences() == [[4, 5, 6, 7, 8]]
+  assert out.verifier_calls.tolist() == [2]  # 3 tokens, then 2 (budget)
