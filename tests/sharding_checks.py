@@ -47,7 +47,7 @@ def requests(family, n=3):
   return dict(prompts=[[2] + r for r in rows])
 
 
-def decode(family, name, knobs, mesh=None):
+def decode(family, name, knobs, mesh=None, tree=None):
   """One batch of 3 requests; greedy AND sampled rows in one program.
 
   Row 0 decodes greedily (temperature 0), rows 1-2 sample (top-p, their own
@@ -67,7 +67,7 @@ def decode(family, name, knobs, mesh=None):
   out = decoding.generate(decoding.make_method(name, **knobs), d, v, qp, pp,
                           sampling=strategy, gamma=3, max_new_tokens=10,
                           seeds=[3, 4, 5], eos_id=None, mesh=mesh,
-                          **requests(family, n))
+                          tree=tree, **requests(family, n))
   return out.sequences(), out.accepted.tolist(), out.verifier_calls.tolist()
 
 
@@ -83,14 +83,14 @@ KNOBS = {"lossy": dict(alpha=0.5, beta=1.0), "lossy_tuned": dict(alpha=0.5),
          "bild": dict(alpha_fallback=0.3, alpha_rollback=3.0)}
 
 
-def check_methods(family, mesh_names, methods):
+def check_methods(family, mesh_names, methods, tree=None):
   mismatches = []
   for name in methods:
-    ref = decode(family, name, dict(KNOBS.get(name, {})))
+    ref = decode(family, name, dict(KNOBS.get(name, {})), tree=tree)
     for mesh_name in mesh_names:
       data, model = MESHES[mesh_name]
       mesh = sharding.make_mesh(data=data, model=model)
-      got = decode(family, name, dict(KNOBS.get(name, {})), mesh)
+      got = decode(family, name, dict(KNOBS.get(name, {})), mesh, tree=tree)
       if ref != got:
         mismatches.append([family, mesh_name, name, ref, got])
   return mismatches
@@ -116,6 +116,12 @@ def main(which):
                              "seq_cascade", "bild"]) +
               check_methods("t5", ["1x8", "2x4", "8x1"],
                             ["spec_decode", "opt"]))
+  elif which == "trees":  # tree verification (tree arrays are batch rows)
+    tree = decoding.Tree(decoding.Topology.from_widths([[3], [2, 1, 0]]))
+    result = (check_methods("gemma", ["2x4", "8x1"],
+                            ["spec_decode", "token_v3"], tree) +
+              check_methods("t5", ["1x8"], ["opt"], decoding.Tree(
+                  decoding.Topology.kary(2, 2), "top_k")))
   elif which == "bytes":
     result = param_bytes_ratio()
   else:

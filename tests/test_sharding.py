@@ -36,6 +36,13 @@ def test_1x8_8x1_meshes_and_t5():
   assert _run_checks("meshes") == []
 
 
+@pytest.mark.slow
+def test_tree_decoding_on_meshes_equals_one_device():
+  """Tree verification with data and model axes (2x4, 8x1, 1x8), greedy and
+  sampled rows, bit for bit equal to the single-device run."""
+  assert _run_checks("trees") == []
+
+
 def test_parameter_bytes_per_device_under_model_parallelism():
   ratio = _run_checks("bytes")
   assert 1 / 8 <= ratio < 0.16, ratio  # ~1/8 plus replicated norm scales
