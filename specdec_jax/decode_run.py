@@ -74,7 +74,7 @@ def check_settings(method, sampling, gamma, max_new_tokens, batch_size,
     batch_size: an integer >= 1.
     seed: an integer in [0, 2**32).
   """
-  if not hasattr(method, "run"):
+  if not hasattr(method, "program"):
     raise ValueError(f"method must be a decoding method object (see "
                      f"decoding.make_method), got {type(method).__name__}")
   method.validate()
@@ -307,7 +307,8 @@ def _warn_cut(requests, where: str, limit: int) -> None:
 def run_decode(drafter, verifier, method, sampling=None, gamma: int = 5,
                max_new_tokens: int = 64, batch_size: int = 8,
                input_file: str | None = None, output_file: str | None = None,
-               seed: int = 0, progress: bool = True) -> DecodeReport:
+               seed: int = 0, progress: bool = True,
+               tree=None) -> DecodeReport:
   """Decodes requests into a JSONL file, streamed and resumable.
 
   Args:
@@ -322,6 +323,7 @@ def run_decode(drafter, verifier, method, sampling=None, gamma: int = 5,
       stdout as they finish).
     seed: sampling seed (each request's id keeps its randomness its own).
     progress: show a progress bar.
+    tree: optional ``decoding.Tree``: tree verification (gamma ignored).
 
   Returns:
     A DecodeReport (see the module docstring for the order of checks).
@@ -337,9 +339,12 @@ def run_decode(drafter, verifier, method, sampling=None, gamma: int = 5,
   check_memory([m for m in (v_model, d_model) if m is not None],
                min(batch_size, max(len(good), 1)),
                1 if vocab.encoder_decoder else width,
-               width if vocab.encoder_decoder else 1, max_new_tokens, gamma)
+               width if vocab.encoder_decoder else 1, max_new_tokens,
+               gamma if tree is None else tree.topology.num_nodes + 1)
   settings = settings_key(method, sampling, gamma, max_new_tokens, seed,
                           drafter, verifier, vocab.max_input_tokens)
+  if tree is not None:
+    settings += f"|tree={tree!r}"
   results = None
   if output_file is not None and is_writer():
     results = _open_output(output_file)
@@ -349,7 +354,7 @@ def run_decode(drafter, verifier, method, sampling=None, gamma: int = 5,
     todo = [r for r in good if r.id not in done]
     new = _decode(drafter, verifier, method, sampling, gamma, max_new_tokens,
                   batch_size, seed, todo, key, width, settings, results,
-                  progress) if todo else ({}, 0.0)
+                  progress, tree) if todo else ({}, 0.0)
   finally:
     if results is not None:
       results.__exit__(None, None, None)
@@ -366,7 +371,8 @@ def is_writer() -> bool:
 
 
 def _decode(drafter, verifier, method, sampling, gamma, max_new_tokens,
-            batch_size, seed, todo, key, width, settings, results, progress):
+            batch_size, seed, todo, key, width, settings, results, progress,
+            tree=None):
   """Loads the models and decodes ``todo``; returns ({id: row}, seconds)."""
   from tqdm import tqdm  # pylint: disable=g-import-not-at-top
   v_model, p_params, v_tok = verifier.load()
@@ -384,7 +390,7 @@ def _decode(drafter, verifier, method, sampling, gamma, max_new_tokens,
         method, d_model, v_model, q_params, p_params, sampling=sampling,
         gamma=gamma, max_new_tokens=max_new_tokens, seeds=seed,
         request_ids=[harness.request_id(r.id) for r in chunk], pad_to=width,
-        **{key: [list(r.ids) for r in chunk]})
+        tree=tree, **{key: [list(r.ids) for r in chunk]})
     dt = time.perf_counter() - t0
     seconds += dt
     seqs = out.sequences()

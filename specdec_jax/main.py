@@ -8,7 +8,8 @@ r"""The specdec_jax command line (absl flags + gin), t5x style.
 Flags: --gin_file (repeatable; resolved against --gin_search_paths and the
 shipped gin/ directory), --gin_bindings / --gin.KEY=VALUE (repeatable),
 --gin_search_paths (comma separated), --mode (decode | eval | bench | plan |
-main; overrides ``run.mode``), --num_examples, --verify=CHECKPOINT.
+plan-tree | main; overrides ``run.mode``), --num_examples,
+--verify=CHECKPOINT.
 ``specdec_jax``, ``specdec_jax help``, ``--help`` and ``--helpfull`` print
 the usage (:func:`usage`). This module holds the only gin-configurable
 wrappers of the code base; the library stays gin-free.
@@ -38,7 +39,7 @@ from specdec_jax import decode_requests, decoding, gin_checks, runs
 
 GIN_DIR = os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), "gin")
-MODES = ("decode", "eval", "bench", "plan", "main")
+MODES = ("decode", "eval", "bench", "plan", "plan-tree", "main")
 HELP_ARGS = ("--help", "-h", "-help", "--helpshort", "-?", "--helpfull",
              "-helpfull", "help")
 
@@ -112,11 +113,66 @@ def plan_spec(topologies=("v4-8", "v4-16", "v4-32"), batches=(1, 8, 32),
 
 
 @gin.configurable
+def tree_spec(parents=None, paths=None, kary=None, chain=None,
+              proposal: str = "without_replacement",
+              drafter_sync: str = "auto"):
+  """A draft tree (decode with tree verification; gin/trees/*.gin).
+
+  Exactly one of: ``parents`` (parent index of every node, -1 = root,
+  breadth-first), ``paths`` (child-rank paths, e.g. [[0], [1], [0, 0]]),
+  ``kary`` ((k, depth): a full k-ary tree) or ``chain`` (gamma).
+  """
+  given = {k: v for k, v in dict(parents=parents, paths=paths, kary=kary,
+                                   chain=chain).items() if v is not None}
+  if len(given) != 1:
+    raise ValueError(f"tree_spec needs exactly one of parents, paths, kary, "
+                     f"chain; got {sorted(given) or 'none'}")
+  (kind, value), = given.items()
+  topo = {"parents": lambda x: decoding.Topology(tuple(x)),
+          "paths": decoding.Topology.from_paths,
+          "kary": lambda x: decoding.Topology.kary(*x),
+          "chain": decoding.Topology.chain}[kind](value)
+  return decoding.Tree(topo, proposal=proposal, drafter_sync=drafter_sync)
+
+
+@gin.configurable
+def plan_tree_spec(drafter=None, verifier=None, method=None, sampling=None,
+                   proposal: str = "without_replacement",
+                   max_nodes: int = 32, max_depth: int = 8,
+                   children: int = 8, batch_size: int = 1,
+                   input_file: str | None = None, num_prompts: int = 8,
+                   new_tokens: int = 32, output: str | None = None,
+                   seed: int = 0):
+  """Mode 'plan-tree': calibrate, time, plan a tree, write its gin file.
+
+  Per-rank acceptance of the method's target at ``sampling`` is calibrated
+  on ``num_prompts`` requests (``input_file`` in the decode format, or the
+  pair's built-in test examples, or random prompts for random models);
+  drafter / verifier block costs are timed at ``batch_size``; the plan
+  (docs/trees.md) is printed and written to ``output`` as a gin file that
+  decode runs include.
+  """
+  from specdec_jax.eval import plan_tree as plan_tree_lib  # pylint: disable=g-import-not-at-top
+  if drafter is None or verifier is None:
+    raise ValueError("plan-tree needs a drafter and a verifier: include a "
+                     "gin/pairs/*.gin file")
+  return plan_tree_lib.run_plan_tree(
+      drafter, verifier, method or decoding.make_method("spec_decode"),
+      sampling or decoding.Greedy(), proposal=proposal, max_nodes=max_nodes,
+      max_depth=max_depth, children=children, batch_size=batch_size,
+      input_file=input_file, num_prompts=num_prompts, new_tokens=new_tokens,
+      output=output if runs.is_writer() else None, seed=seed)
+
+
+@gin.configurable
 def run(mode: str | None = None, drafter=None, verifier=None, method=None,
         sampling=None, gamma: int = 5, max_new_tokens: int = 64,
         batch_size: int = 8, input_file: str | None = None,
-        output_dir: str | None = None, seed: int = 0):
+        output_dir: str | None = None, seed: int = 0, tree=None):
   """Runs one mode with the configured models and method.
+
+  ``tree`` (a ``tree_spec()``, gin/trees/*.gin) makes decode verify draft
+  trees instead of chains of ``gamma``.
 
   Mode 'decode' returns the rows (and raises
   ``decode_requests.RequestErrors`` after writing the good rows when some
@@ -134,7 +190,7 @@ def run(mode: str | None = None, drafter=None, verifier=None, method=None,
     out = os.path.join(output_dir, "decodes.jsonl") if output_dir else None
     report = runs.run_decode(drafter, verifier, method, sampling, gamma,
                              max_new_tokens, batch_size, input_file, out,
-                             seed)
+                             seed, **({"tree": tree} if tree else {}))
     summary = report.summary()
     print(runs.format_table(list(summary), [list(summary.values())]),
           file=sys.stderr)
@@ -142,6 +198,8 @@ def run(mode: str | None = None, drafter=None, verifier=None, method=None,
     return report.rows
   if mode == "plan":
     return plan_spec()
+  if mode == "plan-tree":
+    return plan_tree_spec()
   if mode == "main":
     return main_job_spec()
   if drafter is None or verifier is None:
@@ -226,6 +284,9 @@ _MODE_HELP = {
              "3x, fastest kept)",
     "plan": "per-chip memory of both models on TPU v4 slices (no weights "
             "needed)",
+    "plan-tree": "calibrate per-rank acceptance, time the models, choose a "
+                 "draft tree (Sequoia DP, hardware-aware) and write its gin "
+                 "file for decode",
     "main": "every method on the built-in trained pairs: the README's first "
             "command",
 }
@@ -241,6 +302,9 @@ _EXAMPLES = {
     "bench": "specdec_jax bench --gin_file=runs/bench.gin "
              "--gin_file=pairs/default_gemma_completion.gin",
     "plan": "specdec_jax plan",
+    "plan-tree": "specdec_jax plan-tree --gin_file=runs/plan_tree.gin "
+                 "--gin_file=pairs/default_gemma_completion.gin "
+                 "--gin.TEMPERATURE=1.0 --gin.OUTPUT=\"'my_tree.gin'\"",
     "main": "specdec_jax main --num_examples=8",
 }
 

@@ -163,3 +163,36 @@ def test_sweep_configs_build(name):
     knobs = {k: v[0] for k, v in grid.items()}
     decoding.make_method(method, **knobs).validate()
   assert all(t >= 0 for t in cfg.temperatures) and cfg.gammas
+
+
+@pytest.mark.parametrize("path", _files("trees"))
+def test_tree_files_build(path, monkeypatch):
+  seen = {}
+
+  def fake_decode(*args, tree=None):
+    seen.update(method=args[2], tree=tree)
+    return runs.DecodeReport(rows=[], new_rows=[], resumed=0, failed=[],
+                             seconds=0.0, output=None)
+
+  monkeypatch.setattr(runs, "run_decode", fake_decode)
+  main.parse_gin(["runs/decode.gin", "pairs/tiny_random.gin",
+                  "methods/token_v3.gin", path], [])
+  main.run()
+  tree = seen["tree"]
+  assert isinstance(tree, decoding.Tree)
+  assert tree.topology.num_nodes >= 5 and tree.proposal in (
+      "without_replacement", "iid", "top_k")
+  assert type(seen["method"].target) is decoding.TokenV3
+
+
+def test_plan_tree_run_file_builds(monkeypatch):
+  from specdec_jax.eval import plan_tree  # pylint: disable=g-import-not-at-top
+  seen = {}
+  monkeypatch.setattr(plan_tree, "run_plan_tree",
+                      lambda *a, **k: seen.update(args=a, kw=k))
+  main.parse_gin(["runs/plan_tree.gin", "pairs/tiny_random.gin"],
+                 ["MAX_NODES = 12", "TEMPERATURE = 1.0"])
+  main.run()
+  assert seen["kw"]["max_nodes"] == 12
+  assert seen["args"][3].temperature == 1.0
+  assert seen["kw"]["proposal"] == "without_replacement"

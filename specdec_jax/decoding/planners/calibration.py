@@ -1,0 +1,235 @@
+"""Inputs of the tree planner, measured: per-rank acceptance and block costs.
+
+* ``rank_acceptance``: replays recorded (q, p) logit pairs through the EXACT
+  tree primitive (``verify.tree.verify_tree`` on a one-level tree, children
+  drawn by the loop's own proposal code) and counts, per rank j, how often
+  child j is accepted when it is tested (all earlier siblings rejected).
+* ``calibrate``: records those pairs from teacher-forced passes (the
+  target's own continuation of a few prompts, then one forward of each model
+  over prompt + continuation), then calls ``rank_acceptance``.
+* ``measure_costs``: seconds of a drafter / verifier block step of w tokens
+  (tree mask and positions given, as the tree loop calls them) in a jitted
+  loop on this machine, at the serving batch size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specdec_jax.decoding import api
+from specdec_jax.decoding.loops.tree_drafting import _draw_children
+from specdec_jax.decoding.rules import sampling as sampling_lib
+from specdec_jax.decoding.rules.knobs import split
+from specdec_jax.decoding.verify import tree as tree_lib
+from specdec_jax.decoding.verify.topology import Topology
+
+
+def rank_acceptance(target, strategy, kind: str, q_logits, p_logits,
+                    children: int, sims: int = 64,
+                    seed: int = 0) -> tuple[float, ...]:
+  """Per-rank acceptance a_j of the tree primitive on recorded logits.
+
+  Args:
+    target: the method's target T(q, p) (``method.target``).
+    strategy: the sampling transform S.
+    kind: proposal kind (``verify.tree.PROPOSALS``).
+    q_logits, p_logits: [M, V] recorded drafter / verifier logits at the
+      same M contexts.
+    children: K, ranks to calibrate.
+    sims: simulated nodes per context.
+    seed: randomness of the simulation.
+
+  Returns:
+    (a_0, .., a_{K-1}): a_j = P(child j accepted | children < j rejected)
+    (0 where no simulation reached rank j).
+  """
+  q_logits = jnp.repeat(jnp.asarray(q_logits, jnp.float32), sims, axis=0)
+  p_logits = jnp.repeat(jnp.asarray(p_logits, jnp.float32), sims, axis=0)
+  counts = _simulate(target, strategy, kind, q_logits, p_logits, children,
+                     jax.random.key(seed))
+  reached, accepted = np.asarray(counts[0]), np.asarray(counts[1])
+  return tuple(float(a / r) if r else 0.0 for a, r in zip(accepted, reached))
+
+
+def _simulate(target, strategy, kind, q_logits, p_logits, k, key):
+  static, knobs = split(target)
+  s_static, s_knobs = split(sampling_lib.canonical(strategy))
+  return _simulate_jit(static, s_static, kind, k, knobs, s_knobs, q_logits,
+                       p_logits, key)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
+def _simulate_jit(static, s_static, kind, k, knobs, s_knobs, q_logits,
+                  p_logits, key):
+  b, v = q_logits.shape
+  target, strategy = static.bind(knobs), s_static.bind(s_knobs)
+  topo = Topology.from_widths([[k]])
+  arrays = {n: jnp.asarray(a) for n, a in
+            tree_lib.tree_arrays(topo, b).items()}
+  sq = strategy.probs(q_logits)
+  k_draw, k_u, k_res, k_bonus = jax.random.split(key, 4)
+  row_keys = jax.random.split(k_draw, b)
+  keys_at = lambda slots: jax.vmap(lambda kk, ss: jax.vmap(
+      lambda s: jax.random.fold_in(kk, s))(ss))(row_keys, slots)
+  kids = jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32), (b, 1, k))
+  toks = _draw_children(kind, q_logits[:, None], sq[:, None], kids,
+                        jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32),
+                                         (b, k)), keys_at, k)[:, 0]  # [b, k]
+  block = jnp.concatenate([jnp.zeros((b, 1), jnp.int32), toks], axis=1)
+  rep = lambda x: jnp.repeat(x[:, None], k + 1, axis=1)  # [b, k + 1, V]
+  out = tree_lib.verify_tree(
+      target, kind, block, arrays, rep(jax.nn.softmax(q_logits)),
+      rep(jax.nn.softmax(p_logits)), rep(sq), rep(strategy.probs(p_logits)),
+      jax.random.uniform(k_u, (b, k)), jax.random.split(k_res, b),
+      jax.random.split(k_bonus, (b, 2)))
+  rank = jnp.where(out.accepted > 0, out.path[:, 1] - 1, k)  # k: none
+  iota = jnp.arange(k)[None, :]
+  reached = jnp.sum(rank[:, None] >= iota, axis=0)
+  accepted = jnp.sum(rank[:, None] == iota, axis=0)
+  return reached, accepted
+
+
+def _forward_logits(model, params, prefix, inputs=None):
+  """Logits of ``model`` after every prefix of rows [B, T] (one step)."""
+  enc = model.encode(params, inputs) if model.is_encoder_decoder else None
+  cache = model.init_cache(prefix.shape[0], prefix.shape[1] + 1, enc)
+  logits, _ = model.step(params, prefix, cache)
+  return logits  # [B, T, V]
+
+
+def calibrate(method, drafter, verifier, q_params, p_params, prompts=None,
+              *, inputs=None, sampling=None, proposal: str = (
+                  "without_replacement"), children: int = 8,
+              new_tokens: int = 32, sims: int = 64,
+              seed: int = 0) -> tuple[float, ...]:
+  """Per-rank acceptance of ``method`` from teacher-forced passes.
+
+  The target continues each prompt (``new_tokens``, target-only decoding at
+  ``sampling``); both models then score prompt + continuation in one
+  forward each, and the (q, p) pairs at the continuation's positions are
+  replayed through the tree primitive (``rank_acceptance``).
+
+  Args:
+    method: a speculative method (its target T).
+    drafter, verifier, q_params, p_params: the pair.
+    prompts / inputs: as for ``decoding.generate``.
+    sampling: sampling strategy (default greedy).
+    proposal: proposal kind.
+    children: ranks to calibrate.
+    new_tokens: continuation length per prompt.
+    sims: simulated nodes per recorded position.
+    seed: randomness.
+
+  Returns:
+    (a_0, ..., a_{children-1}).
+  """
+  from specdec_jax.decoding import methods  # pylint: disable=g-import-not-at-top
+  strategy = sampling_lib.Greedy() if sampling is None else sampling
+  out = api.generate(methods.TargetOnly(), drafter, verifier, q_params,
+                     p_params, prompts, inputs=inputs, sampling=strategy,
+                     max_new_tokens=new_tokens, seeds=seed, eos_id=None)
+  if verifier.is_encoder_decoder:
+    start = getattr(verifier.config, "decoder_start_id", 0)
+    rows = [[start] + s for s in out.sequences()]
+    enc, _ = api.inputs_lib.pad_ragged(inputs, api.PAD_TO, "inputs")
+    enc = jnp.asarray(enc, jnp.int32)
+  else:
+    rows = [list(p) + s for p, s in zip(prompts, out.sequences())]
+    enc = None
+  starts = [len(r) - len(s) - 1 for r, s in zip(rows, out.sequences())]
+  width = max(len(r) for r in rows)
+  toks = jnp.asarray([r + [0] * (width - len(r)) for r in rows], jnp.int32)
+  ql = _forward_logits(drafter, q_params, toks, enc)
+  pl = _forward_logits(verifier, p_params, toks, enc)
+  pick = [(b, t) for b, (s, r) in enumerate(zip(starts, rows))
+          for t in range(s, len(r) - 1)]
+  bi, ti = (np.asarray(x) for x in zip(*pick))
+  return rank_acceptance(method.target, strategy, proposal,
+                         np.asarray(ql)[bi, ti], np.asarray(pl)[bi, ti],
+                         children, sims, seed)
+
+
+@dataclasses.dataclass(frozen=True)
+class Costs:
+  """Measured seconds of block steps, by block width.
+
+  Attributes:
+    widths: measured block widths (ascending, starting at 1).
+    drafter_s, verifier_s: seconds of one block step of each width.
+    overhead: seconds per loop iteration outside model calls.
+  """
+
+  widths: tuple[int, ...]
+  drafter_s: tuple[float, ...]
+  verifier_s: tuple[float, ...]
+  overhead: float = 0.0
+
+  def drafter(self, w: int) -> float:
+    return float(np.interp(w, self.widths, self.drafter_s))
+
+  def verifier(self, w: int) -> float:
+    return float(np.interp(w, self.widths, self.verifier_s))
+
+
+def _block_seconds(model, params, batch: int, width: int, iters: int,
+                   repeats: int, inputs=None) -> float:
+  """Median seconds of one tree-masked block step of ``width`` tokens."""
+  mask = jnp.broadcast_to(jnp.tril(jnp.ones((width, width), bool)),
+                          (batch, width, width))
+
+  @jax.jit
+  def run(params, toks):
+    enc = (model.encode(params, jnp.full((batch, 16), 5, jnp.int32))
+           if model.is_encoder_decoder else None)
+    cache = model.init_cache(batch, 48 + width, enc)
+    _, cache = model.step(params, jnp.full((batch, 32), 5, jnp.int32), cache)
+
+    def body(_, carry):
+      cache, acc = carry
+      pos = cache.lengths[:, None] + jnp.arange(width)[None, :]
+      logits, new = model.step(params, toks, cache, positions=pos,
+                               mask=mask)
+      return new.with_lengths(cache.lengths), acc + logits[:, -1, 0]
+
+    return jax.lax.fori_loop(0, iters, body,
+                             (cache, jnp.zeros((batch,))))[1]
+
+  toks = jnp.full((batch, width), 7, jnp.int32)
+  run(params, toks).block_until_ready()
+  times = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    run(params, toks).block_until_ready()
+    times.append((time.perf_counter() - t0) / iters)
+  return float(np.median(times))
+
+
+def measure_costs(drafter, verifier, q_params, p_params, batch: int = 1,
+                  widths: Sequence[int] = (1, 2, 4, 8, 16, 32, 64),
+                  iters: int = 16, repeats: int = 5,
+                  overhead: float = 0.0) -> Costs:
+  """Times drafter and verifier block steps of each width (this machine).
+
+  Args:
+    drafter, verifier, q_params, p_params: the pair.
+    batch: serving batch size.
+    widths: block widths to time (costs are interpolated in between).
+    iters: steps per jitted loop; repeats: loops timed (median kept).
+    overhead: seconds per iteration outside model calls.
+
+  Returns:
+    Costs.
+  """
+  widths = tuple(sorted({1, *map(int, widths)}))
+  d = tuple(_block_seconds(drafter, q_params, batch, w, iters, repeats)
+            for w in widths)
+  v = tuple(_block_seconds(verifier, p_params, batch, w, iters, repeats)
+            for w in widths)
+  return Costs(widths, d, v, overhead)

@@ -1,0 +1,49 @@
+"""`specdec_jax plan-tree` end to end on tiny random models, then a decode
+that includes the gin file it wrote."""
+
+import gin
+import pytest
+
+from specdec_jax import decoding, main
+
+
+@pytest.fixture(autouse=True)
+def clean_gin():
+  gin.clear_config()
+  yield
+  gin.clear_config()
+
+
+@pytest.mark.slow
+def test_plan_tree_writes_a_gin_file_that_decode_uses(tmp_path, capsys):
+  out = tmp_path / "tree.gin"
+  main.parse_gin(["runs/plan_tree.gin", "pairs/tiny_random.gin"],
+                 ["TEMPERATURE = 1.0", "MAX_NODES = 6", "MAX_DEPTH = 3",
+                  "CHILDREN = 3", "NUM_PROMPTS = 2", "NEW_TOKENS = 6",
+                  f"OUTPUT = '{out}'"])
+  report = main.run()
+  printed = capsys.readouterr().out
+  assert "predicted tokens per verifier call" in printed
+  assert "predicted speedup over target-only" in printed
+  assert len(report["acceptance"]) == 3 and report["tokens_per_call"] > 1
+  assert out.read_text() == report["gin"]
+  gin.clear_config()
+  req = tmp_path / "req.jsonl"
+  req.write_text('{"tokens": [2, 5, 9]}\n')
+  main.parse_gin(["runs/decode.gin", "pairs/tiny_random.gin", str(out)],
+                 [f"INPUT_FILE = '{req}'", f"OUTPUT_DIR = '{tmp_path}'",
+                  "MAX_NEW_TOKENS = 5"])
+  rows = main.run()
+  assert rows[0]["num_tokens"] == 5
+  assert rows[0]["drafted"] == len(report["parents"]) * rows[0][
+      "verifier_calls"]
+
+
+def test_tree_spec_needs_exactly_one_shape():
+  with pytest.raises(ValueError, match="exactly one of parents, paths, "
+                     "kary, chain; got none"):
+    main.tree_spec()
+  with pytest.raises(ValueError, match="got \\['chain', 'kary'\\]"):
+    main.tree_spec(kary=(2, 2), chain=3)
+  tree = main.tree_spec(paths=[[0], [1], [0, 0]], proposal="top_k")
+  assert tree == decoding.Tree(decoding.Topology((-1, -1, 0)), "top_k")
