@@ -17,7 +17,17 @@ A batch is a dict of numpy arrays:
     targets         [B, T] int32   ids to predict at each position
     weights         [B, T] float32 loss weight per position (0 on padding)
 
-The loss is the weighted mean token cross-entropy. Optimizer: gradient
+Distillation batches add the teacher's top-k log-probabilities (see
+:func:`teacher_topk`):
+
+    teacher_idx     [B, T, K] int32   the teacher's K most likely ids
+    teacher_logp    [B, T, K] float32 their log-probabilities
+    kl_weights      [B, T] float32    weight of KL(teacher || student) per
+                                      position
+
+The loss is the weighted mean token cross-entropy, plus, for distillation
+batches, the weighted mean KL divergence from the teacher's top-k
+distribution (renormalised over its K ids) to the student's. Optimizer: gradient
 clipping by global norm, then AdamW (decay on >= 2-D leaves only) with a
 linear-warmup / cosine-decay learning rate. The train step is jitted once per
 batch shape; ``train`` logs progress, evaluates, keeps the best parameters and
@@ -216,11 +226,64 @@ def cross_entropy(logits: jax.Array, targets: jax.Array,
   return jnp.sum(nll * weights), jnp.sum(weights)  # [B, T] -> []
 
 
+TEACHER_KEYS = ("teacher_idx", "teacher_logp", "kl_weights")
+
+
+def kl_to_teacher(logits: jax.Array, teacher_idx: jax.Array,
+                  teacher_logp: jax.Array,
+                  kl_weights: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Weighted KL(teacher || student) over the teacher's top-k ids.
+
+  The teacher's K log-probabilities are renormalised over those K ids; the
+  student's are its full-vocabulary log-probabilities at the same ids.
+
+  Args:
+    logits: [B, T, V] student logits.
+    teacher_idx: [B, T, K] int32.
+    teacher_logp: [B, T, K] float32.
+    kl_weights: [B, T] float32.
+
+  Returns:
+    (sum of weighted KL [], sum of weights []).
+  """
+  logq = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+  logq = jnp.take_along_axis(logq, teacher_idx, axis=-1)  # [B, T, K]
+  logp = jax.nn.log_softmax(teacher_logp.astype(jnp.float32), axis=-1)
+  kl = jnp.sum(jnp.exp(logp) * (logp - logq), axis=-1)  # [B, T, K] -> [B, T]
+  return jnp.sum(kl * kl_weights), jnp.sum(kl_weights)
+
+
 def batch_loss(model, params, batch: Batch) -> tuple[jax.Array, jax.Array]:
   """(sum nll, sum weights) of one batch under ``model.forward``."""
   logits = model.forward(params, batch["decoder_inputs"],
                          inputs=batch.get("inputs"))  # [B, T, V]
   return cross_entropy(logits, batch["targets"], batch["weights"])
+
+
+def batch_terms(model, params, batch: Batch) -> dict[str, jax.Array]:
+  """Sums of the objective's terms on one batch.
+
+  Returns:
+    {'nll', 'weights'} (cross-entropy) and, for a distillation batch,
+    {'kl', 'kl_weights'}; every value a [] float32 sum.
+  """
+  logits = model.forward(params, batch["decoder_inputs"],
+                         inputs=batch.get("inputs"))  # [B, T, V]
+  nll, weights = cross_entropy(logits, batch["targets"], batch["weights"])
+  terms = dict(nll=nll, weights=weights)
+  if "teacher_idx" in batch:
+    terms["kl"], terms["kl_weights"] = kl_to_teacher(
+        logits, batch["teacher_idx"], batch["teacher_logp"],
+        batch["kl_weights"])
+  return terms
+
+
+def objective(terms: Mapping[str, jax.Array]) -> jax.Array:
+  """Mean cross-entropy + mean KL (each over its own weights; 0 if none)."""
+  loss = terms["nll"] / jnp.maximum(terms["weights"], 1.0)
+  if "kl" in terms:
+    loss = loss + terms["kl"] / jnp.maximum(terms["kl_weights"], 1.0)
+  return loss
 
 
 @functools.lru_cache(maxsize=16)
@@ -232,16 +295,19 @@ def make_train_step(model, cfg: TrainConfig):
   optimizer = make_optimizer(cfg)
 
   def loss_fn(params, batch):
-    total, count = batch_loss(model, params, batch)
-    return total / jnp.maximum(count, 1.0), count
+    terms = batch_terms(model, params, batch)
+    return objective(terms), terms
 
   def step_fn(state: TrainState, batch):
-    (loss, count), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+    (loss, terms), grads = jax.value_and_grad(loss_fn, has_aux=True)(
         state.params, batch)
     updates, opt_state = optimizer.update(grads, state.opt_state,
                                           state.params)
     params = optax.apply_updates(state.params, updates)
-    metrics = dict(loss=loss, tokens=count,
+    used = batch["weights"] > 0
+    if "kl_weights" in batch:
+      used = used | (batch["kl_weights"] > 0)
+    metrics = dict(loss=loss, tokens=jnp.sum(used.astype(jnp.float32)),
                    grad_norm=optax.global_norm(grads))
     return TrainState(step=state.step + 1, params=params,
                       opt_state=opt_state), metrics
@@ -255,6 +321,12 @@ def make_eval_step(model):
   return jax.jit(lambda params, batch: batch_loss(model, params, batch))
 
 
+@functools.lru_cache(maxsize=16)
+def make_terms_step(model):
+  """Jitted ``(params, batch) -> batch_terms(...)``."""
+  return jax.jit(lambda params, batch: batch_terms(model, params, batch))
+
+
 def evaluate(eval_step, params, batches: Iterable[Batch]) -> float:
   """Mean token cross-entropy over ``batches`` (nan if they are empty)."""
   total = count = 0.0
@@ -262,6 +334,76 @@ def evaluate(eval_step, params, batches: Iterable[Batch]) -> float:
     t, c = eval_step(params, b)
     total, count = total + float(t), count + float(c)
   return total / count if count else float("nan")
+
+
+def evaluate_objective(terms_step, params,
+                       batches: Iterable[Batch]) -> float:
+  """The training objective over ``batches``: mean cross-entropy (+ mean
+  KL to the teacher on distillation batches); nan if they are empty."""
+  sums: dict[str, float] = {}
+  for b in batches:
+    for k, v in terms_step(params, b).items():
+      sums[k] = sums.get(k, 0.0) + float(v)
+  if not sums.get("weights") and not sums.get("kl_weights"):
+    return float("nan")
+  return float(objective({k: jnp.float32(v) for k, v in sums.items()}))
+
+
+@functools.lru_cache(maxsize=16)
+def make_teacher_topk(model, k: int):
+  """Jitted ``(params, batch) -> (logp [B, T, k] float32, ids [B, T, k]
+  int32)``: the ``k`` most likely next ids at every position (teacher
+  forcing on ``batch['decoder_inputs']``) and their log-probabilities."""
+
+  def fn(params, batch):
+    logits = model.forward(params, batch["decoder_inputs"],
+                           inputs=batch.get("inputs"))  # [B, T, V]
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    return jax.lax.top_k(logp, k)  # [B, T, V] -> 2 x [B, T, k]
+
+  return jax.jit(fn)
+
+
+def truncate_decoder(model, params, num_layers: int):
+  """A smaller model made of the first ``num_layers`` decoder layers.
+
+  Gemma: layers ``0..num_layers-1``, the embedding and the final norm; T5:
+  the whole encoder, the first decoder layers, the decoder's final norm,
+  relative-position bias and LM head. The parameters are copies (a model of
+  its own, e.g. to initialise a distilled drafter), unlike
+  ``models.early_exit`` which reads the base model's tree.
+
+  Args:
+    model: a T5Model or GemmaModel.
+    params: its parameters.
+    num_layers: decoder layers to keep, 1..the model's.
+
+  Returns:
+    (model, params) of the truncated model.
+  """
+  from specdec_jax import models as models_lib  # pylint: disable=g-import-not-at-top
+  cfg = model.config
+  have = (cfg.num_decoder_layers if model.is_encoder_decoder
+          else cfg.num_layers)
+  if not 1 <= num_layers <= have:
+    raise ValueError(f"num_layers must be in [1, {have}] (the model's "
+                     f"decoder layers), got {num_layers}")
+  copy = lambda tree: jax.tree.map(np.array, tree)
+  if model.is_encoder_decoder:
+    new_cfg = dataclasses.replace(cfg, num_decoder_layers=num_layers)
+    dec = {k: v for k, v in params["decoder"].items()
+           if not k.startswith("layers_") or int(k[7:]) < num_layers}
+    new = {**params, "decoder": dec}
+  else:
+    new_cfg = dataclasses.replace(
+        cfg, num_layers=num_layers,
+        attention_types=tuple(cfg.attention_types[:num_layers]))
+    new = {k: v for k, v in params.items()
+           if not k.startswith("layer_") or int(k[6:]) < num_layers}
+  small = models_lib.model_from_config(new_cfg)
+  new = copy(new)
+  small.check_params(new)
+  return small, new
 
 
 # ------------------------------------------------------------------ batches
@@ -485,7 +627,7 @@ def train(model, params, cfg: TrainConfig,
       say(f"resumed from {workdir} at step {int(state.step)}")
   start = int(state.step)
   train_step = make_train_step(model, cfg)
-  eval_step = make_eval_step(model)
+  terms_step = make_terms_step(model)
   stream = train_batches(start)
   t0 = time.perf_counter()
   window_t, window_tokens, losses = t0, 0.0, []
@@ -508,7 +650,7 @@ def train(model, params, cfg: TrainConfig,
           f"{row['tokens_per_s']:.0f} tok/s {row['elapsed_s']:.0f}s")
       window_t, window_tokens, losses = now, 0.0, []
     if eval_batches and (done % cfg.eval_every == 0 or done == cfg.steps):
-      loss = evaluate(eval_step, state.params, eval_batches)
+      loss = evaluate_objective(terms_step, state.params, eval_batches)
       history.append(dict(step=done, eval_loss=loss))
       improved = loss < best_loss
       if improved:
@@ -533,9 +675,12 @@ def train(model, params, cfg: TrainConfig,
 
 
 __all__ = [
-    "Batch", "TrainConfig", "TrainResult", "TrainState", "batch_loss",
-    "bucketed_stream", "cross_entropy", "evaluate", "init_params",
-    "init_state", "learning_rate", "lm_batch",
-    "make_eval_step", "make_optimizer", "make_train_step", "restore_state",
-    "save_state", "schedule", "scale_t5_queries", "seq2seq_batch", "train",
+    "Batch", "TEACHER_KEYS", "TrainConfig", "TrainResult", "TrainState",
+    "batch_loss", "batch_terms", "bucketed_stream", "cross_entropy",
+    "evaluate", "evaluate_objective", "init_params", "init_state",
+    "kl_to_teacher", "learning_rate", "lm_batch", "make_eval_step",
+    "make_optimizer", "make_teacher_topk", "make_terms_step",
+    "make_train_step", "objective", "restore_state", "save_state",
+    "schedule", "scale_t5_queries", "seq2seq_batch", "train",
+    "truncate_decoder",
 ]

@@ -247,3 +247,94 @@ def test_resume_after_kill_matches_uninterrupted(tmp_path):
   other = train.init_state(fresh_params("t5_tiny"), cfg)
   with pytest.raises(ValueError, match="another model or optimizer"):
     train.restore_state(str(tmp_path / "a"), other)
+
+
+def manual_kl(logits, teacher_idx, teacher_logp, weights):
+  """Weighted mean KL(renormalised teacher top-k || student), float64."""
+  x = np.asarray(logits, np.float64)
+  x = x - x.max(-1, keepdims=True)
+  logq = x - np.log(np.exp(x).sum(-1, keepdims=True))
+  logq = np.take_along_axis(logq, np.asarray(teacher_idx), -1)
+  t = np.asarray(teacher_logp, np.float64)
+  logp = t - np.log(np.exp(t).sum(-1, keepdims=True))
+  kl = (np.exp(logp) * (logp - logq)).sum(-1)
+  w = np.asarray(weights, np.float64)
+  return float((kl * w).sum() / w.sum())
+
+
+def test_kl_to_teacher_hand_example():
+  # Student uniform over 4 ids; teacher top-2 {0: log .5, 1: log .5}:
+  # KL = sum_k .5 * (log .5 - log .25) = log 2 at each weighted position.
+  logits = jnp.zeros((1, 2, 4))
+  idx = jnp.array([[[0, 1], [2, 3]]])
+  logp = jnp.log(jnp.full((1, 2, 2), 0.5))
+  total, count = train.kl_to_teacher(logits, idx, logp,
+                                     jnp.array([[1.0, 0.0]]))
+  assert float(count) == 1.0
+  assert float(total) == pytest.approx(np.log(2.0), rel=1e-6)
+  # Teacher log-probs are renormalised over their k ids: scaling changes
+  # nothing.
+  total2, _ = train.kl_to_teacher(logits, idx, logp - 3.0,
+                                  jnp.array([[1.0, 0.0]]))
+  assert float(total2) == pytest.approx(float(total), rel=1e-6)
+
+
+@pytest.mark.parametrize("name", ["gemma2_tiny", "t5_tiny"])
+def test_distillation_loss_is_cross_entropy_plus_kl(name):
+  model = tiny(name)
+  params = fresh_params(name)
+  if model.is_encoder_decoder:
+    batch = train.seq2seq_batch(s2s_rows(), (8,), (8,), EOS)
+  else:
+    batch = train.lm_batch(lm_rows(), (8,), EOS)
+  rng = np.random.default_rng(1)
+  b, t = batch["targets"].shape
+  batch = dict(batch,
+               teacher_idx=rng.integers(0, 64, (b, t, 3)).astype(np.int32),
+               teacher_logp=rng.normal(size=(b, t, 3)).astype(np.float32),
+               kl_weights=(batch["weights"] > 0).astype(np.float32))
+  batch["weights"][0] = 0.0  # a teacher-only row: KL, no cross-entropy
+  logits = jax.jit(model.forward)(params, batch["decoder_inputs"],
+                                  inputs=batch.get("inputs"))
+  want = manual_loss(logits, batch["targets"], batch["weights"]) + \
+      manual_kl(logits, batch["teacher_idx"], batch["teacher_logp"],
+                batch["kl_weights"])
+  got = train.evaluate_objective(train.make_terms_step(model), params, [batch])
+  assert got == pytest.approx(want, rel=1e-5)
+  cfg = train.TrainConfig(steps=10, warmup_steps=2)
+  _, metrics = train.make_train_step(model, cfg)(  # donates its state
+      train.init_state(jax.tree.map(jnp.array, params), cfg), batch)
+  assert float(metrics["loss"]) == pytest.approx(want, rel=1e-5)
+  # Without teacher fields the objective is the plain cross-entropy.
+  plain = {k: v for k, v in batch.items() if k not in train.TEACHER_KEYS}
+  assert train.evaluate_objective(
+      train.make_terms_step(model), params, [plain]) == pytest.approx(
+          manual_loss(logits, batch["targets"], batch["weights"]), rel=1e-5)
+
+
+@pytest.mark.parametrize("name", ["gemma2_tiny", "t5_tiny"])
+def test_teacher_topk_and_truncated_decoder(name):
+  model = tiny(name)
+  params = fresh_params(name)
+  if model.is_encoder_decoder:
+    batch = train.seq2seq_batch(s2s_rows(), (8,), (8,), EOS)
+  else:
+    batch = train.lm_batch(lm_rows(), (8,), EOS)
+  logits = jax.jit(model.forward)(params, batch["decoder_inputs"],
+                                  inputs=batch.get("inputs"))
+  logp, ids = train.make_teacher_topk(model, 5)(params, batch)
+  want = np.sort(np.asarray(jax.nn.log_softmax(logits, -1)), -1)[..., ::-1]
+  np.testing.assert_allclose(np.asarray(logp), want[..., :5], rtol=1e-5,
+                             atol=1e-6)
+  assert ids.shape == logp.shape == batch["targets"].shape + (5,)
+  # One decoder layer kept: equals the early-exit model on the full params.
+  small, sp = train.truncate_decoder(model, params, 1)
+  assert small.num_params() < model.num_params()
+  got = jax.jit(small.forward)(sp, batch["decoder_inputs"],
+                               inputs=batch.get("inputs"))
+  ref = jax.jit(models.early_exit(model, 1).forward)(
+      params, batch["decoder_inputs"], inputs=batch.get("inputs"))
+  np.testing.assert_allclose(np.asarray(got), np.asarray(ref), rtol=1e-5,
+                             atol=1e-5)
+  with pytest.raises(ValueError, match=r"num_layers must be in \[1, 2\]"):
+    train.truncate_decoder(model, params, 3)

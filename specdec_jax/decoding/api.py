@@ -51,8 +51,10 @@ class DecodeResult:
     drafter_calls: [B] calls of every model below it.
     deferrals: [B] float summed deferral mass.
     finite: [B] bool, False where a NaN/inf logit was met.
-    calls, level_drafted, level_accepted: [B, K] the same counters per
-      level of the stack (cheapest first; K = 2 for a drafter/verifier pair).
+    calls, level_drafted, level_accepted, level_rejected: [B, K] the same
+      counters per level of the stack (cheapest first; K = 2 for a
+      drafter/verifier pair); ``level_rejected`` counts the verification
+      rounds that ended with a rejection.
     trace: per-block trace (``return_trace=True``), else None: a dict of
       ``drafts`` [B, blocks, gamma], ``accept`` [B, blocks, gamma] bool (the
       accept test of every draft), ``accepted`` [B, blocks] (leading drafts
@@ -71,6 +73,7 @@ class DecodeResult:
   calls: np.ndarray | None = None
   level_drafted: np.ndarray | None = None
   level_accepted: np.ndarray | None = None
+  level_rejected: np.ndarray | None = None
   trace: dict | None = None
 
   def sequences(self) -> list[list[int]]:
@@ -101,9 +104,18 @@ class DecodeResult:
     return float(self.deferrals.sum() / n) if n else float("nan")
 
   def level_acceptance(self) -> list[float]:
-    """Acceptance rate of each level over the level below (level 0: nan)."""
+    """Acceptance rate (accepted / drafted tokens) of each level over the
+    level below (level 0: nan)."""
     d, a = self.level_drafted.sum(0), self.level_accepted.sum(0)
     return [float(x / y) if y else float("nan") for x, y in zip(a, d)]
+
+  def level_alpha(self) -> list[float]:
+    """Measured alpha of each adjacent pair (level 0: nan): the fraction
+    of accept tests passed, accepted / (accepted + rejections); for
+    i.i.d. acceptance this estimates E[sum_v min(q, p)]."""
+    a, r = self.level_accepted.sum(0), self.level_rejected.sum(0)
+    return [float(x / (x + y)) if x + y else float("nan")
+            for x, y in zip(a, r)]
 
   def summary(self) -> dict[str, float]:
     """Aggregates as a flat dict (for JSONL / tables)."""
@@ -141,7 +153,7 @@ def result(out, batch: int, width: int) -> DecodeResult:
       verifier_calls=calls[:, -1], drafter_calls=calls[:, :-1].sum(1),
       deferrals=out.deferrals, finite=out.finite, calls=calls,
       level_drafted=stack("drafted"), level_accepted=stack("accepted"),
-      trace=trace)
+      level_rejected=stack("rejected"), trace=trace)
 
 
 def _available_bytes() -> int | None:

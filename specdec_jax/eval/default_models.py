@@ -1,13 +1,15 @@
-"""The built-in default drafter/verifier pairs, trained on CPython's stdlib.
+"""The built-in default model families, trained on CPython's stdlib.
 
-Two small trained pairs ship with the package, so speculative decoding and
-speculative cascades can be tried on any machine with real numbers:
+Two small trained families ship with the package, three sizes each (small,
+medium, large; the small and medium ones distilled from the large one), so
+speculative decoding, speculative cascades and hierarchical (3-level)
+speculative decoding can be tried on any machine with real numbers:
 
-    't5_docstring'      T5 v1.1 pair: function source -> first docstring
+    't5_docstring'      T5 v1.1 family: function source -> first docstring
                         sentence (metric ROUGE-2)
-    'gemma_completion'  Gemma pair: signature + docstring -> first body lines
-                        (metrics: BLEU -- the primary one, used by the main
-                        job's summary -- and exact match of the
+    'gemma_completion'  Gemma family: signature + docstring -> first body
+                        lines (metrics: BLEU -- the primary one, used by the
+                        main job's summary -- and exact match of the
                         whitespace-normalised code)
 
     from specdec_jax import decoding
@@ -19,10 +21,15 @@ speculative cascades can be tried on any machine with real numbers:
                             **pair.encode(exs), gamma=5,
                             max_new_tokens=pair.max_new_tokens)
     pair.decode(out.sequences())
+    pair.levels()  # [(small, params), (medium, params), (large, params)]
 
-The data come from :mod:`specdec_jax.eval.corpus`; the weights, tokenizers and
-a metadata/report JSON live in ``specdec_jax/assets/default_models`` and are
-rebuilt by ``scripts/train_default_models.py`` (docs/default_models.md).
+``pair.drafter`` / ``pair.q_params`` are the small model, ``pair.verifier`` /
+``pair.p_params`` the large one and ``pair.medium`` / ``pair.m_params`` the
+medium one. The data come from :mod:`specdec_jax.eval.corpus`; the weights,
+tokenizers and a metadata/report JSON live in
+``specdec_jax/assets/default_models`` (directories ``drafter``, ``medium``,
+``verifier`` per family) and are rebuilt by
+``scripts/train_default_models.py`` (docs/default_models.md).
 """
 
 from __future__ import annotations
@@ -47,6 +54,9 @@ ASSETS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))), "assets", "default_models")
 METADATA = "metadata.json"
 TOKENIZER = "tokenizer.model"
+# Model sizes, cheapest first, and their asset directories.
+LEVELS = ("small", "medium", "large")
+LEVEL_DIRS = {"small": "drafter", "medium": "medium", "large": "verifier"}
 BUILD_HINT = ("build them with `python scripts/train_default_models.py` (see "
               "docs/default_models.md), or install a specdec_jax package that "
               "includes specdec_jax/assets/default_models")
@@ -124,18 +134,20 @@ def encode_targets(tok: tokenizer_lib.Tokenizer, spec: TaskSpec,
 
 @dataclasses.dataclass
 class DefaultPair:
-  """A loaded default pair and its tokenizer.
+  """A loaded default family (three sizes) and its tokenizer.
 
   Attributes:
-    name: the task / pair name.
-    drafter, verifier: the models (q and p).
+    name: the task / family name.
+    drafter, verifier: the small and the large model (q and p).
     q_params, p_params: their parameters.
     tokenizer: the shared Tokenizer.
     metrics: metric names for this task (``eval.metrics.METRICS`` keys).
     max_new_tokens: generation budget of the task.
-    is_encoder_decoder: True for the T5 pair.
+    is_encoder_decoder: True for the T5 family.
     spec: the TaskSpec.
-    info: this pair's entry of the metadata JSON (sizes, quality, alpha).
+    info: this family's entry of the metadata JSON (sizes, quality, costs).
+    medium, m_params: the medium model and its parameters (None in assets
+      built before it existed).
   """
 
   name: str
@@ -149,6 +161,26 @@ class DefaultPair:
   is_encoder_decoder: bool
   spec: TaskSpec
   info: dict = dataclasses.field(default_factory=dict)
+  medium: object | None = None
+  m_params: dict | None = None
+
+  def model(self, level: str) -> tuple[object, dict]:
+    """(model, params) of 'small', 'medium' or 'large'."""
+    if level not in LEVELS:
+      raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
+    got = {"small": (self.drafter, self.q_params),
+           "medium": (self.medium, self.m_params),
+           "large": (self.verifier, self.p_params)}[level]
+    if got[0] is None:
+      raise ValueError(f"the {self.name!r} assets have no {level} model; "
+                       f"{BUILD_HINT}")
+    return got
+
+  def levels(self) -> list[tuple[object, dict]]:
+    """[(model, params)] small -> medium -> large (a 3-level stack for
+    hierarchical speculative decoding; 2 levels without a medium model)."""
+    return [self.model(lv) for lv in LEVELS
+            if lv != "medium" or self.medium is not None]
 
   def encode(self, examples: Sequence[dict]) -> dict:
     """Keyword arguments of ``decoding.generate`` for ``examples``.
@@ -165,20 +197,23 @@ class DefaultPair:
     """Text of generated id rows, cut at the first EOS (pads dropped)."""
     return [self.tokenizer.decode(list(map(int, r))) for r in token_rows]
 
-  def generate(self, method, examples: Sequence[dict], **kwargs):
+  def generate(self, method, examples: Sequence[dict], *,
+               drafter: str = "small", verifier: str = "large", **kwargs):
     """``decoding.generate`` on ``examples``: (texts, DecodeResult).
 
     Args:
       method: a decoding method object (``decoding.make_method(...)``).
       examples: dicts with an 'inputs' string.
+      drafter, verifier: which sizes play q and p ('small', 'medium',
+        'large'); target-only runs the verifier, drafter-only the drafter.
       **kwargs: more ``generate`` arguments (sampling, gamma, seeds, ...);
         ``max_new_tokens`` defaults to the task's.
     """
     from specdec_jax import decoding  # pylint: disable=g-import-not-at-top
     kwargs.setdefault("max_new_tokens", self.max_new_tokens)
-    out = decoding.generate(method, self.drafter, self.verifier,
-                            self.q_params, self.p_params,
-                            **self.encode(examples), **kwargs)
+    (q, qp), (p, pp) = self.model(drafter), self.model(verifier)
+    out = decoding.generate(method, q, p, qp, pp, **self.encode(examples),
+                            **kwargs)
     return self.decode(out.sequences()), out
 
 
@@ -210,7 +245,7 @@ def load(name: str, dtype: str = "float32",
   spec = TASKS[name]
   root = os.path.join(assets, name)
   needed = [os.path.join(root, TOKENIZER)] + [
-      os.path.join(root, role, f) for role in ("drafter", "verifier")
+      os.path.join(root, LEVEL_DIRS[lv], f) for lv in ("small", "large")
       for f in (native.CONFIG, native.PARAMS)]
   missing = [p for p in needed if not os.path.isfile(p)]
   if missing:
@@ -219,24 +254,29 @@ def load(name: str, dtype: str = "float32",
   tok = tokenizer_lib.Tokenizer(os.path.join(root, TOKENIZER), spec.family,
                                 extra_ids=0)
   loaded = {}
-  for role in ("drafter", "verifier"):
-    model, params = native.load(os.path.join(root, role), dtype=dtype)
+  for level in LEVELS:
+    path = os.path.join(root, LEVEL_DIRS[level])
+    if level == "medium" and not native.is_native(path):
+      loaded[level] = (None, None)
+      continue
+    model, params = native.load(path, dtype=dtype)
     cfg = dataclasses.replace(model.config, dtype=dtype, param_dtype=dtype)
-    loaded[role] = (model_from_config(cfg), params)
-    tokenizer_lib.check_fits_model(tok, cfg.vocab_size, role)
+    loaded[level] = (model_from_config(cfg), params)
+    tokenizer_lib.check_fits_model(tok, cfg.vocab_size, level)
     if cfg.vocab_size != tok.vocab_size:
-      raise ValueError(f"{name} {role} embeds {cfg.vocab_size} ids but its "
-                       f"tokenizer has {tok.vocab_size}; rebuild the assets")
+      raise ValueError(f"{name} {level} model embeds {cfg.vocab_size} ids but "
+                       f"its tokenizer has {tok.vocab_size}; rebuild the "
+                       f"assets")
   info = {}
   if os.path.isfile(os.path.join(assets, METADATA)):
     info = metadata(assets).get("pairs", {}).get(name, {})
-  (drafter, q), (verifier, p) = loaded["drafter"], loaded["verifier"]
+  (drafter, q), (medium, m), (verifier, p) = (loaded[lv] for lv in LEVELS)
   return DefaultPair(name=name, drafter=drafter, verifier=verifier,
                      q_params=q, p_params=p, tokenizer=tok,
                      metrics=spec.metrics,
                      max_new_tokens=spec.max_new_tokens,
                      is_encoder_decoder=verifier.is_encoder_decoder,
-                     spec=spec, info=info)
+                     spec=spec, info=info, medium=medium, m_params=m)
 
 
 @functools.lru_cache(maxsize=1)
@@ -310,7 +350,8 @@ def load_pair_for_benchmark(name: str, limit: int | None = 64
 
 
 __all__ = [
-    "ASSETS", "BENCHMARK_NAMES", "BenchmarkPair", "DefaultPair", "PAIRS",
+    "ASSETS", "BENCHMARK_NAMES", "BenchmarkPair", "DefaultPair", "LEVELS",
+    "LEVEL_DIRS", "PAIRS",
     "SPM_OPTIONS", "TASKS", "TaskSpec", "encode_inputs", "encode_targets",
     "examples", "load", "load_pair_for_benchmark", "metadata",
 ]

@@ -62,3 +62,35 @@ def plus_one_except(bad_positions, vocab=16, margin=20.0):
     return jnp.where(nxt >= vocab, 2 + nxt - vocab, nxt)
 
   return RuleModel(rule, vocab, margin)
+
+
+@dataclasses.dataclass(frozen=True)
+class FixedModel:
+  """Decoder-only fake whose next-token logits never depend on the context:
+  with sampling at temperature 1, every position of a verification is an
+  i.i.d. test with acceptance alpha = sum_v min(p_drafter, p_verifier)."""
+
+  logits: tuple  # [V] floats
+  eos_id: int | None = None
+  is_encoder_decoder = False
+
+  @property
+  def vocab_size(self) -> int:
+    return len(self.logits)
+
+  def init_params(self, rng=None):
+    return {}
+
+  def init_cache(self, batch, max_length, encoded=None) -> KVCache:
+    return KVCache(lengths=jnp.zeros((batch,), jnp.int32),
+                   layers=cache_lib.init_layers(batch, max_length, 1, 1, 1,
+                                                jnp.float32))
+
+  def step(self, params, tokens, cache, logits_at=None, *, positions=None,
+           mask=None):
+    del positions, mask
+    b, k = tokens.shape
+    logits = jnp.broadcast_to(jnp.asarray(self.logits, jnp.float32),
+                              (b, 1 if logits_at is not None else k,
+                               len(self.logits)))
+    return logits, cache.with_lengths(cache.lengths + k)

@@ -83,7 +83,8 @@ def test_chain_shaped_tree_gives_the_chain_loops_tokens(name, knobs):
   assert out.sequences() == ref.sequences()
   np.testing.assert_array_equal(out.accepted, ref.accepted)
   np.testing.assert_array_equal(out.verifier_calls, ref.verifier_calls)
-  assert 0.2 < ref.acceptance_rate < 0.9
+  # Both accepts and rejections happened (OPT at alpha 0 accepts ~0.92).
+  assert 0.2 < ref.acceptance_rate < 1.0
 
 
 def test_same_shaped_trees_share_one_program():

@@ -15,6 +15,11 @@ def _arrays(topology, batch=1):
           for k, v in tree_lib.tree_arrays(topology, batch).items()}
 
 
+def _at(keys, n):
+  """keys [B, K] at per-row column n [B]."""
+  return jax.vmap(lambda k, i: k[i])(keys, n)
+
+
 def _keys(batch, width):
   seed = jnp.zeros((batch,), jnp.uint32)
   rid = jnp.arange(batch, dtype=jnp.int32)
@@ -35,7 +40,8 @@ def _walk(sp, u, kind="without_replacement"):
   res, bonus = _keys(1, 2)
   return tree_lib.verify_tree(decoding.SpecDecode(), kind,
                               jnp.asarray([[7, 1, 2]]), _arrays(topo), sq,
-                              sp, sq, sp, jnp.asarray([u]), res, bonus)
+                              sp, sq, sp, jnp.asarray([u]), res,
+                              lambda n: _at(bonus, n))
 
 
 def test_worked_example_of_the_module_docstring():
@@ -93,7 +99,7 @@ def test_chain_shaped_tree_equals_the_chain_kernel_bit_for_bit(target, kind):
   tokens = jnp.concatenate([jnp.zeros((b, 1), jnp.int32), drafts], axis=1)
   tree = tree_lib.verify_tree(target, kind, tokens,
                               _arrays(decoding.Topology.chain(gamma), b),
-                              q, p, sq, sp, u, res, bonus)
+                              q, p, sq, sp, u, res, lambda n: _at(bonus, n))
   assert 0 < float(chain.accepted.mean()) < gamma
   np.testing.assert_array_equal(tree.accepted, chain.accepted)
   np.testing.assert_array_equal(tree.token, chain.token)

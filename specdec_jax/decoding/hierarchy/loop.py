@@ -36,15 +36,14 @@ at most B_{n-1} + 1).
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
-from flax import struct
 from jax import lax
 
 from specdec_jax.decoding.loops import state as state_lib
 from specdec_jax.decoding.loops.program import LoopProgram
+from specdec_jax.decoding.hierarchy.stack import (Batchlet, HState, Stack,
+                                                 put, take_rows, window)
 from specdec_jax.decoding.loops.state import (Batch, Level, LoopConfig,
                                               Stream, all_finite)
 from specdec_jax.decoding.rules import keys as keys_lib
@@ -52,97 +51,6 @@ from specdec_jax.decoding.rules import sampling
 from specdec_jax.decoding.rules.knobs import Static
 from specdec_jax.decoding.rules.targets import effective
 from specdec_jax.decoding.verify.chain import verify_block
-
-
-@dataclasses.dataclass(frozen=True)
-class Stack:
-  """Static shape of a hierarchy (part of the compile key).
-
-  Attributes:
-    buffers: (T_0, ..., T_{K-1}) buffer sizes, each >= 1.
-    lenient: per intermediate level n = 1..K-1, the static half of a
-      cascade target it verifies with (None: exact, SpecDecode); its knobs
-      travel in ``Batch.knobs`` as ``'level{n}.<knob>'``.
-  """
-
-  buffers: tuple[int, ...]
-  lenient: tuple[Static | None, ...] = ()
-
-  def __post_init__(self):
-    object.__setattr__(self, "buffers", tuple(int(t) for t in self.buffers))
-    lenient = tuple(self.lenient) or (None,) * (len(self.buffers) - 1)
-    object.__setattr__(self, "lenient", lenient)
-
-  @property
-  def depth(self) -> int:
-    """K: the index of the top level (number of models - 1)."""
-    return len(self.buffers)
-
-  def bound(self, n: int) -> int:
-    """B_n: the most tokens level n's batch can hold."""
-    return self.buffers[0] if n == 0 else self.buffers[n] + self.bound(n - 1)
-
-  @property
-  def lag(self) -> int:
-    """Most context tokens a level can lag behind (one per level above it,
-    one of its own) plus one of margin."""
-    return self.depth + 2
-
-  def context_width(self, prompt_width: int, max_new: int) -> int:
-    """Slots of ``ctx`` and of every cache."""
-    return prompt_width + max_new + self.bound(self.depth - 1) + self.lag + 2
-
-
-@struct.dataclass
-class HState:
-  """Outer loop state.
-
-  Attributes:
-    stream: the emitted token stream.
-    levels: K + 1 levels (cheapest first): caches and counters.
-    ctx: [B, C] int32 prompt, emitted tokens, then the in-flight batch.
-  """
-
-  stream: Stream
-  levels: tuple
-  ctx: jax.Array
-
-
-@struct.dataclass
-class Batchlet:
-  """A level's batch: tokens sit in ``ctx`` at [start, start + count).
-
-  Attributes:
-    count: [B] int32 tokens in the batch.
-    props: [B, B_n, V] distribution each token was drawn from (transformed).
-    logits: [B, B_n, V] the level's own logits before each token (unscaled
-      q for a cascade target above).
-  """
-
-  count: jax.Array
-  props: jax.Array
-  logits: jax.Array
-
-
-def _put(ctx, pos, tok, active):
-  """ctx[b, pos[b]] = tok[b] on active rows."""
-  new = jax.vmap(lambda c, t, p: lax.dynamic_update_index_in_dim(
-      c, t, p, 0))(ctx, tok.astype(ctx.dtype), pos)
-  return jnp.where(active[:, None], new, ctx)
-
-
-def _window(ctx, start, width: int):
-  """[B, width] tokens ctx[b, start[b] : start[b] + width]."""
-  return jax.vmap(lambda c, s: lax.dynamic_slice_in_dim(c, s, width))(
-      ctx, start)
-
-
-def _rows(x, first, count: int):
-  """[B, count, ...] rows x[b, first[b] + j] (clipped inside x)."""
-  idx = jnp.clip(first[:, None] + jnp.arange(count)[None, :], 0,
-                 x.shape[1] - 1)
-  return jnp.take_along_axis(x, idx.reshape(idx.shape + (1,) * (
-      x.ndim - 2)), axis=1)
 
 
 class _Run:
@@ -169,9 +77,9 @@ class _Run:
       level with lengths = end on active rows and one more call).
     """
     cache = level.cache
-    toks = _window(ctx, cache.lengths, width)  # [B, width]
+    toks = window(ctx, cache.lengths, width)  # [B, width]
     logits, new = self.models[n].step(self.params[n], toks, cache)
-    out = _rows(logits, first - 1 - cache.lengths, rows)  # [B, rows, V]
+    out = take_rows(logits, first - 1 - cache.lengths, rows)  # [B, rows, V]
     level = level.replace(cache=new.with_lengths(
         jnp.where(active, end, cache.lengths))).count(active, calls=1)
     return out, level
@@ -186,12 +94,12 @@ class _Run:
     lag = end - cache.lengths  # [B] >= 1 on active rows
 
     def one(_):
-      tok = _window(ctx, cache.lengths, 1)
+      tok = window(ctx, cache.lengths, 1)
       logits, new = model.step(self.params[n], tok, cache)
       return logits[:, 0], new
 
     def block(_):
-      toks = _window(ctx, cache.lengths, self.stack.lag)
+      toks = window(ctx, cache.lengths, self.stack.lag)
       at = jnp.clip(lag - 1, 0, self.stack.lag - 1)
       logits, new = model.step(self.params[n], toks, cache, logits_at=at)
       return logits[:, 0], new
@@ -225,7 +133,7 @@ class _Run:
       q = logits[:, j]
       sq = self.strategy.probs(q)  # [B, V]
       tok = sampling.sample(self.keys(start + j, keys_lib.DRAFT, None), sq)
-      ctx = _put(ctx, start + j, tok, active)
+      ctx = put(ctx, start + j, tok, active)
       props = props.at[:, j].set(sq)
 
       def feed(carry):
@@ -261,7 +169,7 @@ class _Run:
     width = w + 1 if n == self.stack.depth else w + self.stack.lag
     p_logits, lv = self.forward(n, levels[n], ctx, end, width, start, w + 1,
                                 active)
-    drafts = _window(ctx, start, w)  # [B, W]
+    drafts = window(ctx, start, w)  # [B, W]
     q = sampling.unscaled(sub.logits)
     sq, sp = sub.props, self.strategy.probs(p_logits)
     p = sampling.unscaled(p_logits)
@@ -315,20 +223,21 @@ class _Run:
       levels, ctx, sub = self.fill(n - 1, levels, ctx, s, need)
       levels, n_acc, tok, props, logits, _, _ = self.verify(
           n, levels, ctx, s, sub, need, target, n)
-      ctx = _put(ctx, s + n_acc, tok, need)
+      ctx = put(ctx, s + n_acc, tok, need)
       levels = self._roll_back(levels, n, s + n_acc, need)
       levels = tuple(
-          lv.count(need, drafted=sub.count, accepted=n_acc) if m == n else lv
+          lv.count(need, drafted=sub.count, accepted=n_acc,
+                   rejected=n_acc < sub.count) if m == n else lv
           for m, lv in enumerate(levels))
       # Append rows 0..n_acc of the batch's distributions at buf.count.
       iota = jnp.arange(w + 1)[None, :]
       dst = jnp.where(need[:, None] & (iota <= n_acc[:, None]),
                       buf.count[:, None] + iota, bound + 1)  # [B, W + 1]
-      put = jax.vmap(lambda x, i, y: x.at[i].set(y, mode="drop"))
+      scatter = jax.vmap(lambda x, i, y: x.at[i].set(y, mode="drop"))
       buf = Batchlet(count=jnp.where(need, buf.count + n_acc + 1,
                                      buf.count),
-                     props=put(buf.props, dst, props),
-                     logits=put(buf.logits, dst, logits))
+                     props=scatter(buf.props, dst, props),
+                     logits=scatter(buf.logits, dst, logits))
       return levels, ctx, buf
 
     return lax.while_loop(cond, body, (levels, ctx, first))
@@ -374,16 +283,17 @@ class _Run:
         k, levels, ctx, start, sub, active, self.target, None)
     w = sub.props.shape[1] - 1
     finite = stream.finite & (~active | all_finite(p_logits))
-    cand = _window(ctx, start, w + 1)  # [B, W + 1]
+    cand = window(ctx, start, w + 1)  # [B, W + 1]
     iota = jnp.arange(w + 1)[None, :]
     cand = jnp.where(iota < n_acc[:, None], cand,
                      jnp.where(iota == n_acc[:, None], tok[:, None],
                                self.cfg.pad_id))
     new_stream, _ = stream.emit(cand, n_acc + 1, self.req, self.cfg, finite,
                                 defer)
-    ctx = _put(ctx, start + n_acc, tok, active)
+    ctx = put(ctx, start + n_acc, tok, active)
     levels = self._roll_back(levels, k, start + n_acc, active)
-    levels = tuple(lv.count(active, drafted=sub.count, accepted=n_acc)
+    levels = tuple(lv.count(active, drafted=sub.count, accepted=n_acc,
+                            rejected=n_acc < sub.count)
                    if m == k else lv for m, lv in enumerate(levels))
     return HState(stream=new_stream, levels=levels, ctx=ctx)
 

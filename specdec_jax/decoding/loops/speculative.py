@@ -139,7 +139,7 @@ def _body(models, params, batch: Batch, cfg: LoopConfig, rule: SpecRule,
                                                      calls=draft.calls)
   p_level = p_level.replace(cache=p_cache.with_lengths(
       keep(new_p_len, p_len))).count(active, calls=1, drafted=gamma,
-                                     accepted=n)
+                                     accepted=n, rejected=n < gamma)
   trace = state.trace
   if trace is not None:
     trace = trace.record(stream.step, active, drafts, out.accept, n, tok)

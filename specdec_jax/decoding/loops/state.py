@@ -110,25 +110,30 @@ class Level:
     calls: [B] int32 calls of this model.
     drafted: [B] int32 tokens the level below proposed to this level.
     accepted: [B] int32 of those, accepted by this level.
+    rejected: [B] int32 verification rounds that ended with a rejection
+      (the estimate of the pair's alpha is accepted / (accepted +
+      rejected): every accept test up to the first rejection counts).
   """
 
   cache: KVCache | None
   calls: jax.Array
   drafted: jax.Array
   accepted: jax.Array
+  rejected: jax.Array
 
   @classmethod
   def start(cls, cache: KVCache | None, batch: int) -> "Level":
     z = jnp.zeros((batch,), jnp.int32)
-    return cls(cache=cache, calls=z, drafted=z, accepted=z)
+    return cls(cache=cache, calls=z, drafted=z, accepted=z, rejected=z)
 
-  def count(self, active: jax.Array, calls=0, drafted=0,
-            accepted=0) -> "Level":
+  def count(self, active: jax.Array, calls=0, drafted=0, accepted=0,
+            rejected=0) -> "Level":
     """Adds counts ([B] or scalar) on active rows only."""
     add = lambda old, inc: old + jnp.where(active, inc, 0).astype(old.dtype)
     return self.replace(calls=add(self.calls, calls),
                         drafted=add(self.drafted, drafted),
-                        accepted=add(self.accepted, accepted))
+                        accepted=add(self.accepted, accepted),
+                        rejected=add(self.rejected, rejected))
 
   def keep_cache(self, active: jax.Array, new: KVCache) -> "Level":
     """The new cache, with the old lengths on inactive rows."""
@@ -138,7 +143,7 @@ class Level:
 
   def stats(self) -> "LevelStats":
     return LevelStats(calls=self.calls, drafted=self.drafted,
-                      accepted=self.accepted)
+                      accepted=self.accepted, rejected=self.rejected)
 
 
 @struct.dataclass
@@ -148,6 +153,7 @@ class LevelStats:
   calls: jax.Array
   drafted: jax.Array
   accepted: jax.Array
+  rejected: jax.Array
 
 
 @struct.dataclass

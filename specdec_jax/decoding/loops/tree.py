@@ -133,23 +133,14 @@ def _body(models, params, batch: Batch, cfg: TreeConfig, rule,
 
   q, p = sampling.unscaled(draft.logits), sampling.unscaled(p_logits)
   sp = strategy.probs(p_logits)  # [B, N + 1, V]
-  depth_nodes = tree["tree.depth"][:, 1:]  # [B, N]
-  u_keys = jax.vmap(lambda k: jax.vmap(
-      lambda kk: jax.random.uniform(kk, ()))(k))
-  u = jnp.zeros(depth_nodes.shape, jnp.float32)
-  bonus = []
-  for dd in range(d_max + 1):
-    if dd < d_max:  # accept uniforms of the depth-(dd + 1) nodes
-      ud = u_keys(tree_lib.node_keys(req.seed, req.request_id, start + dd,
-                                     tree["tree.slot"], keys_lib.ACCEPT))
-      u = jnp.where(depth_nodes == dd + 1, ud, u)
-    bonus.append(keys_lib.row_keys(req.seed, req.request_id, start + dd,
-                                   keys_lib.DRAFT))
+  u = tree_lib.node_uniforms(req.seed, req.request_id, start,
+                             tree["tree.depth"][:, 1:], tree["tree.slot"])
   out = tree_lib.verify_tree(
       target, cfg.proposal, block, tree, q, p, draft.sq, sp, u,
       key_residual=keys_lib.row_keys(req.seed, req.request_id, start,
                                      keys_lib.RESIDUAL),
-      key_bonus=jnp.stack(bonus, axis=1))
+      key_bonus=lambda n: keys_lib.row_keys(req.seed, req.request_id,
+                                            start + n, keys_lib.DRAFT))
 
   n, tok = out.accepted, out.token  # [B], [B]
   iota = jnp.arange(d_max + 1)[None, :]

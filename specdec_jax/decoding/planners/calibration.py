@@ -88,7 +88,7 @@ def _simulate_jit(static, s_static, kind, k, knobs, s_knobs, q_logits,
       target, kind, block, arrays, rep(jax.nn.softmax(q_logits)),
       rep(jax.nn.softmax(p_logits)), rep(sq), rep(strategy.probs(p_logits)),
       jax.random.uniform(k_u, (b, k)), jax.random.split(k_res, b),
-      jax.random.split(k_bonus, (b, 2)))
+      lambda n: jax.random.split(k_bonus, b))
   rank = jnp.where(out.accepted > 0, out.path[:, 1] - 1, k)  # k: none
   iota = jnp.arange(k)[None, :]
   reached = jnp.sum(rank[:, None] >= iota, axis=0)

@@ -52,7 +52,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
-from jax import lax
 
 from specdec_jax.decoding.rules import keys as keys_lib
 from specdec_jax.decoding.rules import sampling
@@ -183,6 +182,25 @@ def node_keys(seed, request_id, position, slot, purpose: int) -> jax.Array:
   return jnp.where(slot == 0, base[:, None], folded)
 
 
+def node_uniforms(seed, request_id, start, depth, slot) -> jax.Array:
+  """Accept uniforms of the nodes (ACCEPT stream, ``node_keys`` scheme).
+
+  Args:
+    seed, request_id, start: [B] (start = output position of depth 1).
+    depth: [B, N] int32 node depths (1..D); slot: [B, N] int32 slots.
+
+  Returns:
+    [B, N] float32 uniforms in [0, 1).
+  """
+  pos = start[:, None] + depth - 1  # [B, N]
+  keys = jax.vmap(lambda p: keys_lib.row_keys(seed, request_id, p,
+                                               keys_lib.ACCEPT),
+                  in_axes=1, out_axes=1)(pos)  # [B, N]
+  folded = jax.vmap(jax.vmap(jax.random.fold_in))(keys, slot)
+  keys = jnp.where(slot == 0, keys, folded)
+  return jax.vmap(jax.vmap(lambda k: jax.random.uniform(k, ())))(keys)
+
+
 def remaining(sq: jax.Array, used: jax.Array) -> tuple[jax.Array, jax.Array]:
   """S(q) without the earlier siblings' tokens.
 
@@ -204,12 +222,13 @@ def proposal_dist(kind: str, rank: int, sq, used, x) -> jax.Array:
   Args:
     kind: one of PROPOSALS (static).
     rank: the child's rank (static).
-    sq: [B, V] transformed drafter distribution at the parent.
-    used: [B, V] bool tokens of the earlier siblings (without replacement).
-    x: [B] the child's token (for one-hot proposals).
+    sq: [..., V] transformed drafter distribution at the parent.
+    used: [..., V] bool tokens of the earlier siblings (without
+      replacement).
+    x: [...] the child's token (for one-hot proposals).
 
   Returns:
-    [B, V] normalised Q (rank 0 of a sampled kind: ``sq`` itself, bit for
+    [..., V] normalised Q (rank 0 of a sampled kind: ``sq`` itself, bit for
     bit, as the chain kernel uses).
   """
   onehot = jax.nn.one_hot(x, sq.shape[-1], dtype=sq.dtype)
@@ -218,8 +237,8 @@ def proposal_dist(kind: str, rank: int, sq, used, x) -> jax.Array:
   if kind == "iid" or rank == 0:
     return sq
   masked, mass = remaining(sq, used)
-  safe = jnp.where(mass > 0, mass, 1.0)[:, None]
-  return jnp.where((mass > 0)[:, None], masked / safe, onehot)
+  safe = jnp.where(mass > 0, mass, 1.0)[..., None]
+  return jnp.where((mass > 0)[..., None], masked / safe, onehot)
 
 
 def _take(x: jax.Array, idx: jax.Array) -> jax.Array:
@@ -256,22 +275,52 @@ class TreeResult:
   accept: jax.Array
 
 
-@struct.dataclass
-class _Walk:
-  cur: jax.Array  # [B] block position of the current node
-  r: jax.Array  # [B, V] unnormalised residual target at cur
-  z: jax.Array  # [B] its mass (1.0 exactly before any rejection)
-  live: jax.Array  # [B] the walk continues below cur
-  rejected: jax.Array  # [B] some child of cur was rejected
-  n: jax.Array  # [B] accepted nodes
-  path: jax.Array  # [B, D + 1]
-  accept: jax.Array  # [B, N]
+def _sibling_tests(kind, pi, sq, nodes, children, u):
+  """The accept test of every child, as if its parent were reached and its
+  earlier siblings rejected, for all parents at once.
+
+  The residual a parent holds before testing its rank-i child depends only
+  on pi there and the proposals of ranks < i, never on the walk, so every
+  test is decided in parallel and the walk is index arithmetic.
+
+  Args:
+    kind: proposal kind (static).
+    pi, sq: [B, W, V] target and S(q) at every block position (W = N + 1).
+    nodes: [B, N] node tokens; children: [B, W, C]; u: [B, N] uniforms.
+
+  Returns:
+    (ok [B, W, C] child of rank i accepted when tested, r [B, W, V] the
+    unnormalised residual after every child was rejected (pi at leaves)).
+  """
+  b, w, v = pi.shape
+  r, z = pi, jnp.ones((b, w), jnp.float32)  # z: r's mass, 1.0 exactly first
+  used = jnp.zeros((b, w, v), bool)
+  iota = jnp.arange(v)
+  oks = []
+  for i in range(children.shape[-1]):
+    c = children[..., i]  # [B, W]
+    has = c >= 0
+    ci = jnp.maximum(c, 0)
+    x = jnp.take_along_axis(nodes, ci, axis=1)  # [B, W]
+    big_q = proposal_dist(kind, i, sq, used, x)  # [B, W, V]
+    used = used | (iota == x[..., None])
+    qx = jnp.take_along_axis(big_q, x[..., None], axis=-1)[..., 0]
+    rx = jnp.take_along_axis(r, x[..., None], axis=-1)[..., 0]
+    ux = jnp.take_along_axis(u, ci, axis=1)
+    oks.append(has & (ux * qx * z < rx))  # [B, W]
+    res = jnp.maximum(r - z[..., None] * big_q, 0.0)  # [B, W, V]
+    mass = jnp.sum(res, axis=-1)
+    # No residual mass only happens through rounding: fall back to pi.
+    res = jnp.where((mass > 0)[..., None], res, pi)
+    r = jnp.where(has[..., None], res, r)
+    z = jnp.where(has, jnp.where(mass > 0, mass, 1.0), z)
+  return jnp.stack(oks, axis=-1), r
 
 
 def verify_tree(target: Target, kind: str, tokens: jax.Array, tree: dict,
                 q: jax.Array, p: jax.Array, sq: jax.Array, sp: jax.Array,
                 u: jax.Array, key_residual: jax.Array,
-                key_bonus: jax.Array) -> TreeResult:
+                key_bonus) -> TreeResult:
   """Walks a drafted tree against pi = T(q, p) and picks the next token.
 
   Args:
@@ -285,69 +334,44 @@ def verify_tree(target: Target, kind: str, tokens: jax.Array, tree: dict,
     u: [B, N] float32 accept uniforms of the nodes.
     key_residual: [B] RESIDUAL key at the block start (the accepted depth
       is folded in).
-    key_bonus: [B, D + 1] DRAFT keys at start + n, n = 0..D.
+    key_bonus: n [B] -> [B] keys of a bonus draw at a leaf of depth n (the
+      DRAFT stream at start + n).
 
   Returns:
     TreeResult.
   """
-  b, width, v = p.shape
+  b, width, _ = p.shape
   children = tree["tree.children"]  # [B, N + 1, C]
-  c_max, d_max = children.shape[-1], key_bonus.shape[1] - 1
+  c_max, d_max = children.shape[-1], tree["tree.first"].shape[1] - 2
   pi, defer = target(q, p, sq, sp)  # [B, N+1, V], [B, N+1]
   if not target.normalized:
     pi = effective(pi, sq)
-  nodes = tokens[:, 1:]  # [B, N]
-  iota_n = jnp.arange(width - 1)[None, :]
-
-  def level(depth, w: _Walk) -> _Walk:
-    kids = _take(children, w.cur)  # [B, C]
-    sq_cur = _take(sq, w.cur)  # [B, V]
-    used = jnp.zeros((b, v), bool)
-    taken = jnp.zeros((b,), bool)
-    nxt, r, z, rejected, accept = w.cur, w.r, w.z, w.rejected, w.accept
-    for i in range(c_max):
-      c = kids[:, i]  # [B]
-      has = (c >= 0) & w.live & ~taken
-      ci = jnp.maximum(c, 0)
-      x = jnp.take_along_axis(nodes, ci[:, None], axis=1)[:, 0]  # [B]
-      big_q = proposal_dist(kind, i, sq_cur, used, x)  # [B, V]
-      used = used | (jnp.arange(v)[None, :] == x[:, None])
-      qx = jnp.take_along_axis(big_q, x[:, None], axis=1)[:, 0]
-      rx = jnp.take_along_axis(r, x[:, None], axis=1)[:, 0]
-      ux = jnp.take_along_axis(u, ci[:, None], axis=1)[:, 0]
-      ok = has & (ux * qx * z < rx)  # [B]
-      rej = has & ~ok
-      res = jnp.maximum(r - z[:, None] * big_q, 0.0)  # [B, V]
-      mass = jnp.sum(res, axis=-1)
-      # No residual mass only happens through rounding: fall back to pi.
-      res = jnp.where((mass > 0)[:, None], res, _take(pi, w.cur))
-      mass = jnp.where(mass > 0, mass, 1.0)
-      r = jnp.where(rej[:, None], res, r)
-      z = jnp.where(rej, mass, z)
-      rejected = rejected | rej
-      accept = accept | (ok[:, None] & (iota_n == c[:, None]))
-      nxt = jnp.where(ok, c + 1, nxt)
-      taken = taken | ok
-    pi_next = _take(pi, nxt)
-    path = w.path.at[:, depth + 1].set(jnp.where(taken, nxt, depth + 1))
-    return _Walk(
-        cur=nxt, r=jnp.where(taken[:, None], pi_next, r),
-        z=jnp.where(taken, 1.0, z), live=w.live & taken,
-        rejected=jnp.where(taken, False, rejected),
-        n=w.n + taken.astype(jnp.int32), path=path, accept=accept)
-
-  start = _Walk(
-      cur=jnp.zeros((b,), jnp.int32), r=pi[:, 0], z=jnp.ones((b,),
-                                                             jnp.float32),
-      live=jnp.ones((b,), bool), rejected=jnp.zeros((b,), bool),
-      n=jnp.zeros((b,), jnp.int32),
-      path=jnp.broadcast_to(jnp.arange(d_max + 1, dtype=jnp.int32),
-                            (b, d_max + 1)),
-      accept=jnp.zeros((b, width - 1), bool))
-  w = lax.fori_loop(0, d_max, level, start)
-  key_n = jax.vmap(jax.random.fold_in)(key_residual, w.n)
-  key = jnp.where(w.rejected, key_n, _take(key_bonus, w.n))
-  token = sampling.sample(key, w.r)
-  defer_path = jnp.take_along_axis(defer, w.path, axis=1)  # [B, D + 1]
-  return TreeResult(accepted=w.n, path=w.path, token=token,
-                    rejected=w.rejected, defer=defer_path, accept=w.accept)
+  ok, r = _sibling_tests(kind, pi, sq, tokens[:, 1:], children, u)
+  # The accepted child of every parent: its first passing test (-1: none).
+  first = jnp.argmax(jnp.concatenate(
+      [ok, jnp.ones_like(ok[..., :1])], axis=-1), axis=-1)  # [B, W]
+  nxt_of = jnp.take_along_axis(jnp.concatenate(
+      [children, jnp.full_like(children[..., :1], -1)], axis=-1),
+                               first[..., None], axis=-1)[..., 0]  # [B, W]
+  cur = jnp.zeros((b,), jnp.int32)  # block position of the current node
+  live = jnp.ones((b,), bool)
+  n = jnp.zeros((b,), jnp.int32)
+  path = [cur]
+  for depth in range(d_max):  # index arithmetic only
+    nxt = jnp.take_along_axis(nxt_of, cur[:, None], axis=1)[:, 0]
+    live = live & (nxt >= 0)
+    cur = jnp.where(live, nxt + 1, cur)
+    n = n + live.astype(jnp.int32)
+    path.append(jnp.where(live, cur, depth + 1))
+  path = jnp.stack(path, axis=1).astype(jnp.int32)  # [B, D + 1]
+  rejected = jnp.take_along_axis(children[..., 0], cur[:, None],
+                                 axis=1)[:, 0] >= 0
+  key_n = jax.vmap(jax.random.fold_in)(key_residual, n)
+  key = jnp.where(rejected, key_n, key_bonus(n))
+  token = sampling.sample(key, _take(r, cur))
+  defer_path = jnp.take_along_axis(defer, path, axis=1)  # [B, D + 1]
+  iota_n = jnp.arange(1, width)[None, None, :]
+  accept = jnp.any((path[:, 1:, None] == iota_n) & (
+      jnp.arange(1, d_max + 1)[None, :, None] <= n[:, None, None]), axis=1)
+  return TreeResult(accepted=n, path=path, token=token, rejected=rejected,
+                    defer=defer_path, accept=accept)

@@ -1,0 +1,272 @@
+"""The default families' sizes, training schedules, costs and report.
+
+Used by ``train_default_models.py``; every number here is part of what the
+shipped ``metadata.json`` records (``plan``), so a rerun reproduces it.
+Step counts were sized from measured step times on the 2-core build machine
+(docs/default_models.md): the whole pipeline, both families, in ~7 hours.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+
+from specdec_jax import train as train_lib
+from specdec_jax.models import GemmaConfig, T5Config
+from specdec_jax.models.gemma import GLOBAL, LOCAL
+
+DATA_SEED = 0
+PROMPT_WEIGHT = 0.5  # Gemma: loss weight of prompt tokens (targets: 1)
+LM_WINDOW = 256  # Gemma pretraining: ids predicted per window
+PREFIX_INPUT, PREFIX_TARGET = 96, 24  # T5 prefix-LM pretraining pairs
+TOP_K = 32  # teacher log-probabilities kept per position
+TEACHER_SEED = 1
+TEACHER_DECODE_BATCH = 512
+TEACHER_FORWARD_BATCH = 64
+SLICE_EXAMPLES = 16  # test slice re-evaluated exactly by the tests
+SMOKE_EXAMPLES = 40
+SMOKE_PRETRAIN_BYTES = 2**20
+CHECK_EXAMPLES = 96  # validation examples decoded after the large stage
+MEDIUM_LAYERS = {"t5_docstring": 2, "gemma_completion": 2}
+
+
+def _gemma(d, layers, heads, kv_heads, head_dim, mlp) -> GemmaConfig:
+  """Gemma 2 style: alternating local/global attention, soft caps, GQA."""
+  return GemmaConfig(
+      vocab_size=2048, d_model=d, num_layers=layers, num_heads=heads,
+      num_kv_heads=kv_heads, head_dim=head_dim, mlp_dim=mlp,
+      attention_types=((LOCAL, GLOBAL) * layers)[:layers], sliding_window=128,
+      attn_logit_softcap=50.0, final_logit_softcap=30.0,
+      use_post_attn_norm=True, use_post_ffw_norm=True)
+
+
+ARCHS = {
+    "t5_docstring": {
+        "large": T5Config(vocab_size=2048, d_model=256, num_heads=4,
+                          head_dim=64, num_encoder_layers=4,
+                          num_decoder_layers=4, mlp_dim=1024),
+        "small": T5Config(vocab_size=2048, d_model=64, num_heads=2,
+                          head_dim=32, num_encoder_layers=3,
+                          num_decoder_layers=3, mlp_dim=256),
+    },
+    "gemma_completion": {
+        "large": _gemma(256, 4, 4, 2, 64, 1024),
+        "small": _gemma(64, 3, 2, 1, 32, 256),
+    },
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+  config: train_lib.TrainConfig
+  batch_size: int
+
+
+def _cfg(steps, lr, warmup, eval_every, seed, log_every=10):
+  return train_lib.TrainConfig(steps=steps, learning_rate=lr,
+                               warmup_steps=warmup, eval_every=eval_every,
+                               log_every=log_every, seed=seed)
+
+
+STAGES = {
+    # (task, stage): schedule; seeds differ per stage. Sized from measured
+    # step times on the 2-core build machine under its usual load
+    # (benchmarks/results/default_models_progress.md): Gemma large
+    # pretraining ~4.3 s/step of 16 x 256 ids, fine-tuning ~2 s/step; T5
+    # large ~5.5 s/step of 32 examples.
+    ("gemma_completion", "large_pretrain"): Stage(
+        _cfg(900, 1e-3, 60, 100, seed=3), 16),
+    ("gemma_completion", "large"): Stage(_cfg(400, 5e-4, 30, 50, seed=13),
+                                         32),
+    ("gemma_completion", "medium"): Stage(_cfg(1200, 5e-4, 50, 100, seed=23),
+                                          32),
+    ("gemma_completion", "small_pretrain"): Stage(
+        _cfg(1500, 2e-3, 100, 250, seed=4, log_every=50), 16),
+    ("gemma_completion", "small"): Stage(_cfg(2000, 1e-3, 100, 200, seed=14,
+                                              log_every=50), 32),
+    ("t5_docstring", "large_pretrain"): Stage(
+        _cfg(700, 1e-3, 60, 100, seed=1), 32),
+    ("t5_docstring", "large"): Stage(_cfg(350, 5e-4, 30, 50, seed=11), 32),
+    ("t5_docstring", "medium"): Stage(_cfg(500, 5e-4, 40, 100, seed=21), 32),
+    ("t5_docstring", "small_pretrain"): Stage(
+        _cfg(1500, 2e-3, 100, 250, seed=2, log_every=50), 32),
+    ("t5_docstring", "small"): Stage(_cfg(2000, 1e-3, 100, 200, seed=12,
+                                          log_every=50), 32),
+}
+
+
+def arch(task: str, level: str, tok=None):
+  """The config of the large or small model (vocabulary of ``tok``)."""
+  cfg = ARCHS[task][level]
+  if tok is not None:
+    cfg = dataclasses.replace(cfg, vocab_size=tok.vocab_size)
+  return cfg
+
+
+def stage(task: str, name: str, smoke: bool = False,
+          smoke_steps: int = 4) -> Stage:
+  st = STAGES[(task, name)]
+  if smoke:
+    cfg = dataclasses.replace(st.config, steps=smoke_steps, warmup_steps=1,
+                              eval_every=smoke_steps, log_every=2)
+    st = Stage(cfg, min(st.batch_size, 8))
+  return st
+
+
+def describe(smoke: bool = False, smoke_steps: int = 4) -> dict:
+  """Everything above, JSON-able (recorded in metadata.json)."""
+  from specdec_jax.checkpoints import native  # pylint: disable=g-import-not-at-top
+  return dict(
+      archs={t: {lv: native.config_to_dict(c) for lv, c in a.items()}
+             for t, a in ARCHS.items()},
+      medium_layers=MEDIUM_LAYERS,
+      stages={f"{t}/{s}": dict(batch_size=st.batch_size,
+                               **dataclasses.asdict(st.config))
+              for (t, s), st in ((k, stage(*k, smoke, smoke_steps))
+                                 for k in STAGES)},
+      data_seed=DATA_SEED, prompt_weight=PROMPT_WEIGHT, lm_window=LM_WINDOW,
+      prefix_lm=[PREFIX_INPUT, PREFIX_TARGET], top_k=TOP_K,
+      teacher_seed=TEACHER_SEED, smoke=smoke)
+
+
+# ------------------------------------------------------------------- costs
+
+
+def weight_macs_per_token(cfg) -> int:
+  """Multiply-adds of the weight matmuls of one decoded token (decoder)."""
+  if isinstance(cfg, T5Config):
+    inner = cfg.num_heads * cfg.head_dim
+    layer = 6 * cfg.d_model * inner + 3 * cfg.d_model * cfg.mlp_dim
+    return cfg.num_decoder_layers * layer + cfg.d_model * cfg.vocab_size
+  qkvo = cfg.d_model * cfg.head_dim * (2 * cfg.num_heads +
+                                       2 * cfg.num_kv_heads)
+  layer = qkvo + 3 * cfg.d_model * cfg.mlp_dim
+  return cfg.num_layers * layer + cfg.d_model * cfg.vocab_size
+
+
+def _step_setup(model, params, context):
+  enc = None
+  if model.is_encoder_decoder:
+    enc = model.encode(params, jnp.full((1, 64), 5, jnp.int32))
+  cache = model.init_cache(1, context + 8, enc)
+  step = jax.jit(model.step)
+  _, cache = step(params, jnp.full((1, context), 5, jnp.int32), cache)
+  return step, cache
+
+
+def step_flops(model, params, context: int = 32) -> float:
+  """XLA's FLOP count of one 1-token cached step (batch 1)."""
+  step, cache = _step_setup(model, params, context)
+  one = jnp.full((1, 1), 5, jnp.int32)
+  analysis = step.lower(params, one, cache).compile().cost_analysis()
+  if isinstance(analysis, (list, tuple)):
+    analysis = analysis[0]
+  return float(analysis["flops"])
+
+
+def step_seconds(model, params, context: int = 32, repeats: int = 30):
+  """Median seconds of a jitted 1-token step (batch 1) after ``context``."""
+  step, cache = _step_setup(model, params, context)
+  one = jnp.full((1, 1), 5, jnp.int32)
+  jax.block_until_ready(step(params, one, cache))
+  times = []
+  for _ in range(repeats):
+    t = time.perf_counter()
+    jax.block_until_ready(step(params, one, cache))
+    times.append(time.perf_counter() - t)
+  return statistics.median(times)
+
+
+def costs(pair) -> dict:
+  """Parameters, FLOPs and CPU step time per token of each size."""
+  out = {}
+  for level in ("small", "medium", "large"):
+    model, params = pair.model(level)
+    out[level] = dict(
+        params=model.num_params(),
+        weight_macs_per_token=weight_macs_per_token(model.config),
+        step_flops_xla=step_flops(model, params),
+        step_ms=round(1e3 * step_seconds(model, params), 3))
+  for level in ("small", "medium"):
+    out[f"large_over_{level}_flops"] = round(
+        out["large"]["step_flops_xla"] / out[level]["step_flops_xla"], 2)
+    out[f"large_over_{level}_step_time"] = round(
+        out["large"]["step_ms"] / out[level]["step_ms"], 2)
+  out["note"] = ("1-token cached decoder step, batch 1, context 32; FLOPs "
+                 "from XLA's cost analysis; weight MACs exclude attention "
+                 "over the context (T5: the encoder runs once per input)")
+  return out
+
+
+# ------------------------------------------------------------------ report
+
+
+def _fmt(x, digits=2):
+  return "-" if x is None else f"{x:.{digits}f}"
+
+
+def report_markdown(meta: dict) -> str:
+  """The Markdown report of ``metadata.json`` (formatting only)."""
+  lines = ["# Built-in default models: three sizes per family", "",
+           f"Produced by `{meta['command']}` (python {meta['python']}, jax "
+           f"{meta['jax']}, {meta['machine']}). Task corpus: the CPython "
+           f"standard library at `{meta['corpus']['stdlib_root']}` (hash "
+           f"{meta['corpus']['corpus_hash'][:16]}), held-out split by file; "
+           f"pretraining text: {len(meta['pretraining']['files'])} files "
+           f"(hash {meta['pretraining']['files_hash'][:16]}). Metrics in "
+           "percent on the test split, greedy decoding; loss = mean token "
+           "cross-entropy of the targets (+EOS) under teacher forcing; "
+           "acceptance = greedy SpecDecode (gamma 5) against the large model.",
+           ""]
+  for task, rep in meta["pairs"].items():
+    ev = rep.get("evaluation") or {}
+    if not ev.get("levels"):
+      continue
+    metrics = rep["task"]["metrics"]
+    cost = ev["cost"]
+    lines += [f"## {task}", "",
+              f"{ev['examples']} test examples, max "
+              f"{rep['task']['max_new_tokens']} new tokens (stop at EOS).", "",
+              "| size | parameters | decoder FLOPs / token | large / this | "
+              "validation loss | test loss | " + " | ".join(metrics) +
+              " | repetition loops | acceptance vs large | training s |",
+              "|---|" + "---|" * (8 + len(metrics))]
+    train_s = _training_seconds(rep.get("stages", {}))
+    for level in ("small", "medium", "large"):
+      r, c = ev["levels"][level], cost[level]
+      ratio = cost["large"]["step_flops_xla"] / c["step_flops_xla"]
+      acc = ev["acceptance"].get(f"{level}>large")
+      lines.append(
+          f"| {level} | {c['params']:,} | {c['step_flops_xla'] / 1e6:.2f} M | "
+          f"{ratio:.1f}x | {_fmt(r.get('validation_loss'), 3)} | "
+          f"{_fmt(r['loss'], 3)} | "
+          + " | ".join(_fmt(r[m]) for m in metrics) +
+          f" | {100 * r['repetition_loop_fraction']:.1f}% | "
+          f"{_fmt(acc, 3)} | {train_s.get(level, 0):.0f} |")
+    acc = ev["acceptance"]
+    lines += ["", f"Greedy SpecDecode acceptance: small>large "
+              f"{acc['small>large']:.3f}, medium>large {acc['medium>large']:.3f}"
+              f", small>medium {acc['small>medium']:.3f}; tokens per verifier "
+              f"call {ev['tokens_per_call']['small>large']:.2f} / "
+              f"{ev['tokens_per_call']['medium>large']:.2f} / "
+              f"{ev['tokens_per_call']['small>medium']:.2f}; SpecDecode output "
+              f"equals the verifier's on "
+              f"{100 * min(ev['spec_equals_target'].values()):.1f}% of the "
+              f"examples or more. At T=1, small>large acceptance "
+              f"{ev['acceptance_t1_small>large']:.3f}.", "",
+              f"CPU step time (1 token, batch 1): small {cost['small']['step_ms']}"
+              f" ms, medium {cost['medium']['step_ms']} ms, large "
+              f"{cost['large']['step_ms']} ms.", ""]
+  return "\n".join(lines)
+
+
+def _training_seconds(stages: dict) -> dict:
+  """Training seconds per size (its own stages; teacher time -> drafters)."""
+  get = lambda s: float(stages.get(s, {}).get("train_seconds", 0.0))
+  return dict(large=get("large_pretrain") + get("large"),
+              medium=get("medium"),
+              small=get("small_pretrain") + get("small"))
