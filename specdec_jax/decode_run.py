@@ -5,7 +5,8 @@ Order of work (everything that can be wrong is found before a model loads):
 1. the settings: method knobs (``method.validate()``), sampling, gamma,
    max_new_tokens, batch_size, seed (:func:`check_settings`);
 2. the two ModelSpecs (presets, paths) and their architectures, read from
-   configs without the weights; the tokenizer;
+   configs without the weights; the tokenizer; a hierarchy's levels
+   (vocabularies, tokenizers, early-exit depths, the top method);
 3. every request (``decode_requests.read_requests``): bad lines are kept
    aside with their file, line and reason; long ones are cut with a warning;
 4. the KV-cache memory of the longest batch against the host / device
@@ -138,7 +139,8 @@ def available_memory() -> tuple[int, str]:
 
 def check_memory(models_: Sequence[Any], batch: int, width: int,
                  src_len: int, max_new_tokens: int, gamma: int,
-                 memory: tuple[int, str] | None = None) -> int:
+                 memory: tuple[int, str] | None = None,
+                 cache_only: Sequence[Any] = ()) -> int:
   """Raises ValueError when parameters + KV caches cannot fit in memory.
 
   Args:
@@ -146,8 +148,10 @@ def check_memory(models_: Sequence[Any], batch: int, width: int,
     batch: rows per call.
     width: padded prompt width (decoder-only) or 1 (encoder-decoder).
     src_len: padded encoder input width (encoder-decoder) or 1.
-    max_new_tokens, gamma: the budget and block size.
+    max_new_tokens, gamma: the budget and block size (cache slack).
     memory: (bytes, what) to compare with (default :func:`available_memory`).
+    cache_only: models whose caches count but whose parameters are another
+      model's (a hierarchy's early exits).
 
   Returns:
     The bytes needed.
@@ -159,7 +163,8 @@ def check_memory(models_: Sequence[Any], batch: int, width: int,
                      f"positions, more than int32 positions allow (2**31 - 1)")
   need = sum(_tree_bytes(m.param_shapes()) + cache_bytes(m, batch, slots,
                                                           src_len)
-             for m in models_)
+             for m in models_) + sum(cache_bytes(m, batch, slots, src_len)
+                                     for m in cache_only)
   have, what = memory or available_memory()
   if need > have:
     raise ValueError(
@@ -308,7 +313,7 @@ def run_decode(drafter, verifier, method, sampling=None, gamma: int = 5,
                max_new_tokens: int = 64, batch_size: int = 8,
                input_file: str | None = None, output_file: str | None = None,
                seed: int = 0, progress: bool = True,
-               tree=None) -> DecodeReport:
+               tree=None, hierarchy=None) -> DecodeReport:
   """Decodes requests into a JSONL file, streamed and resumable.
 
   Args:
@@ -324,27 +329,47 @@ def run_decode(drafter, verifier, method, sampling=None, gamma: int = 5,
     seed: sampling seed (each request's id keeps its randomness its own).
     progress: show a progress bar.
     tree: optional ``decoding.Tree``: tree verification (gamma ignored).
+    hierarchy: optional ``hierarchy_spec.HierarchySpec``: hierarchical
+      speculative decoding with its drafter levels under ``verifier``
+      (``drafter`` and gamma ignored; ``method`` verifies at the top).
 
   Returns:
     A DecodeReport (see the module docstring for the order of checks).
   """
   sampling = decoding.Greedy() if sampling is None else sampling
+  if tree is not None and hierarchy is not None:
+    raise ValueError("decode takes a tree (run.tree) or a hierarchy "
+                     "(run.hierarchy), not both; include one of "
+                     "gin/trees/*.gin and gin/hierarchies/*.gin")
   check_settings(method, sampling, gamma, max_new_tokens, batch_size, seed)
-  v_model, d_model, vocab = _vocab(drafter, verifier, method.uses_drafter)
+  v_model, d_model, vocab = _vocab(
+      drafter, verifier, method.uses_drafter and hierarchy is None)
+  runs_models, shared = [v_model, d_model], []
+  if hierarchy is not None:
+    archs = hierarchy.check(method, v_model, vocab.tokenizer)
+    runs_models += [m for m, lv in zip(archs, hierarchy.drafters)
+                    if not _is_exit(lv)]
+    shared = [m for m, lv in zip(archs, hierarchy.drafters) if _is_exit(lv)]
+    gamma_slack = hierarchy.slack()
+  else:
+    gamma_slack = gamma if tree is None else tree.topology.num_nodes + 1
   where = "stdin" if input_file in (None, "-") else input_file
   good, failed = decode_requests.read_requests(input_file, vocab)
   _warn_cut(good, where, vocab.max_input_tokens)
   key = "inputs" if vocab.encoder_decoder else "prompts"
   width = harness.padded_width([r.ids for r in good]) if good else 1
-  check_memory([m for m in (v_model, d_model) if m is not None],
+  check_memory([m for m in runs_models if m is not None],
                min(batch_size, max(len(good), 1)),
                1 if vocab.encoder_decoder else width,
                width if vocab.encoder_decoder else 1, max_new_tokens,
-               gamma if tree is None else tree.topology.num_nodes + 1)
+               gamma_slack, cache_only=shared)
   settings = settings_key(method, sampling, gamma, max_new_tokens, seed,
-                          drafter, verifier, vocab.max_input_tokens)
+                          drafter if hierarchy is None else None, verifier,
+                          vocab.max_input_tokens)
   if tree is not None:
     settings += f"|tree={tree!r}"
+  if hierarchy is not None:
+    settings += f"|hierarchy={hierarchy!r}"
   results = None
   if output_file is not None and is_writer():
     results = _open_output(output_file)
@@ -354,7 +379,7 @@ def run_decode(drafter, verifier, method, sampling=None, gamma: int = 5,
     todo = [r for r in good if r.id not in done]
     new = _decode(drafter, verifier, method, sampling, gamma, max_new_tokens,
                   batch_size, seed, todo, key, width, settings, results,
-                  progress, tree) if todo else ({}, 0.0)
+                  progress, tree, hierarchy) if todo else ({}, 0.0)
   finally:
     if results is not None:
       results.__exit__(None, None, None)
@@ -370,33 +395,53 @@ def is_writer() -> bool:
   return jax.process_index() == 0
 
 
+def _is_exit(level) -> bool:
+  from specdec_jax import hierarchy_spec  # pylint: disable=g-import-not-at-top
+  return isinstance(level, hierarchy_spec.EarlyExit)
+
+
 def _decode(drafter, verifier, method, sampling, gamma, max_new_tokens,
             batch_size, seed, todo, key, width, settings, results, progress,
-            tree=None):
+            tree=None, hierarchy=None):
   """Loads the models and decodes ``todo``; returns ({id: row}, seconds)."""
   from tqdm import tqdm  # pylint: disable=g-import-not-at-top
   v_model, p_params, v_tok = verifier.load()
   d_model, q_params, d_tok = v_model, p_params, v_tok
-  if method.uses_drafter:
+  levels = None
+  if hierarchy is not None:
+    levels = hierarchy.load(v_model, p_params)
+  elif method.uses_drafter:
     d_model, q_params, d_tok = drafter.load()
   tok = v_tok or d_tok
+
+  def generate(chunk):
+    kw = dict(sampling=sampling, max_new_tokens=max_new_tokens, seeds=seed,
+              request_ids=[harness.request_id(r.id) for r in chunk],
+              pad_to=width, **{key: [list(r.ids) for r in chunk]})
+    if levels is not None:
+      return decoding.generate_hierarchy(
+          levels, hierarchy.buffers, method=method,
+          lenient=dict(hierarchy.lenient), **kw)
+    return decoding.generate(method, d_model, v_model, q_params, p_params,
+                             gamma=gamma, tree=tree, **kw)
+
   rows, seconds = {}, 0.0
   bar = tqdm(total=len(todo), disable=not progress, desc="decode",
              file=sys.stderr)
   for start in range(0, len(todo), batch_size):
     chunk = todo[start:start + batch_size]
     t0 = time.perf_counter()
-    out = decoding.generate(
-        method, d_model, v_model, q_params, p_params, sampling=sampling,
-        gamma=gamma, max_new_tokens=max_new_tokens, seeds=seed,
-        request_ids=[harness.request_id(r.id) for r in chunk], pad_to=width,
-        tree=tree, **{key: [list(r.ids) for r in chunk]})
+    out = generate(chunk)
     dt = time.perf_counter() - t0
     seconds += dt
     seqs = out.sequences()
     for i, req in enumerate(chunk):
       stats = out.row_stats(i)
       stats["num_tokens"] = stats.pop("tokens")
+      if levels is not None:  # per level, cheapest first (verifier last)
+        stats.update(level_calls=out.calls[i].tolist(),
+                     level_drafted=out.level_drafted[i].tolist(),
+                     level_accepted=out.level_accepted[i].tolist())
       row = dict(key=req.id, id=req.id, line=req.line, tokens=seqs[i],
                  **stats, input_tokens=req.input_tokens,
                  input_truncated=req.truncated, batch_seconds=dt,

@@ -8,7 +8,7 @@ r"""The specdec_jax command line (absl flags + gin), t5x style.
 Flags: --gin_file (repeatable; resolved against --gin_search_paths and the
 shipped gin/ directory), --gin_bindings / --gin.KEY=VALUE (repeatable),
 --gin_search_paths (comma separated), --mode (decode | eval | bench | plan |
-plan-tree | main; overrides ``run.mode``), --num_examples,
+plan-tree | plan-hierarchy | main; overrides ``run.mode``), --num_examples,
 --verify=CHECKPOINT.
 ``specdec_jax``, ``specdec_jax help``, ``--help`` and ``--helpfull`` print
 the usage (:func:`usage`). This module holds the only gin-configurable
@@ -36,10 +36,12 @@ from absl import flags
 import gin
 
 from specdec_jax import decode_requests, decoding, gin_checks, runs
+from specdec_jax import hierarchy_spec as hierarchy_lib
 
 GIN_DIR = os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), "gin")
-MODES = ("decode", "eval", "bench", "plan", "plan-tree", "main")
+MODES = ("decode", "eval", "bench", "plan", "plan-tree", "plan-hierarchy",
+         "main")
 HELP_ARGS = ("--help", "-h", "-help", "--helpshort", "-?", "--helpfull",
              "-helpfull", "help")
 
@@ -165,14 +167,59 @@ def plan_tree_spec(drafter=None, verifier=None, method=None, sampling=None,
 
 
 @gin.configurable
+def hierarchy_spec(drafters=gin.REQUIRED, buffers=gin.REQUIRED, lenient=None):
+  """A hierarchy under the run's verifier (decode; gin/hierarchies/*.gin).
+
+  ``drafters``: levels 0..K-1, cheapest first, each a ModelSpec
+  (``@scope/ModelSpec()``) or ``'exit:K'`` (the verifier's first K decoder
+  layers); ``buffers``: [T_0, ..., T_{K-1}]; ``lenient``: optional
+  {level n in 1..K-1: @scope/method_spec()} cascade rules of intermediate
+  levels (the top method must then be spec_decode).
+  """
+  return hierarchy_lib.HierarchySpec(drafters, buffers, lenient or ())
+
+
+@gin.configurable
+def plan_hierarchy_spec(verifier=None, candidates=None, sampling=None,
+                        max_buffer: int = 8, max_depth: int | None = 3,
+                        planner: str = "auto", batch_size: int = 1,
+                        input_file: str | None = None, num_prompts: int = 8,
+                        new_tokens: int = 32, repeats: int = 5,
+                        top: int = 5, output: str | None = None,
+                        seed: int = 0):
+  """Mode 'plan-hierarchy': calibrate candidates, plan, write a gin file.
+
+  ``candidates`` ({name: level} or [level]; a level is a ModelSpec or
+  ``'exit:K'``) are calibrated under ``verifier``: pairwise alpha from one
+  teacher-forced pass on ``num_prompts`` requests (``input_file``, the
+  pair's built-in examples, or random prompts for random models) and per-
+  call costs timed at ``batch_size``; the planner's best hierarchies are
+  printed and the chosen one written to ``output`` (docs/hierarchy.md).
+  """
+  from specdec_jax.eval import plan_hierarchy  # pylint: disable=g-import-not-at-top
+  if verifier is None:
+    raise ValueError("plan-hierarchy needs a verifier: include a "
+                     "gin/pairs/*.gin file")
+  return plan_hierarchy.run_plan_hierarchy(
+      verifier, candidates, sampling or decoding.Greedy(),
+      max_buffer=max_buffer, max_depth=max_depth, planner=planner,
+      batch_size=batch_size, input_file=input_file, num_prompts=num_prompts,
+      new_tokens=new_tokens, repeats=repeats, top=top,
+      output=output if runs.is_writer() else None, seed=seed)
+
+
+@gin.configurable
 def run(mode: str | None = None, drafter=None, verifier=None, method=None,
         sampling=None, gamma: int = 5, max_new_tokens: int = 64,
         batch_size: int = 8, input_file: str | None = None,
-        output_dir: str | None = None, seed: int = 0, tree=None):
+        output_dir: str | None = None, seed: int = 0, tree=None,
+        hierarchy=None):
   """Runs one mode with the configured models and method.
 
   ``tree`` (a ``tree_spec()``, gin/trees/*.gin) makes decode verify draft
-  trees instead of chains of ``gamma``.
+  trees instead of chains of ``gamma``; ``hierarchy`` (a
+  ``hierarchy_spec()``, gin/hierarchies/*.gin) makes it decode with a stack
+  of drafters under the verifier (hierarchical speculative decoding).
 
   Mode 'decode' returns the rows (and raises
   ``decode_requests.RequestErrors`` after writing the good rows when some
@@ -188,9 +235,11 @@ def run(mode: str | None = None, drafter=None, verifier=None, method=None,
                        "--help` shows an example)")
     method = method or decoding.make_method("spec_decode")
     out = os.path.join(output_dir, "decodes.jsonl") if output_dir else None
+    extra = {k: v for k, v in (("tree", tree), ("hierarchy", hierarchy))
+             if v is not None}
     report = runs.run_decode(drafter, verifier, method, sampling, gamma,
                              max_new_tokens, batch_size, input_file, out,
-                             seed, **({"tree": tree} if tree else {}))
+                             seed, **extra)
     summary = report.summary()
     print(runs.format_table(list(summary), [list(summary.values())]),
           file=sys.stderr)
@@ -200,6 +249,8 @@ def run(mode: str | None = None, drafter=None, verifier=None, method=None,
     return plan_spec()
   if mode == "plan-tree":
     return plan_tree_spec()
+  if mode == "plan-hierarchy":
+    return plan_hierarchy_spec()
   if mode == "main":
     return main_job_spec()
   if drafter is None or verifier is None:
@@ -287,6 +338,10 @@ _MODE_HELP = {
     "plan-tree": "calibrate per-rank acceptance, time the models, choose a "
                  "draft tree (Sequoia DP, hardware-aware) and write its gin "
                  "file for decode",
+    "plan-hierarchy": "calibrate candidate drafters (models, early exits "
+                      "of the verifier): pairwise alpha and per-call costs; "
+                      "choose the hierarchy with the least predicted latency "
+                      "per token and write its gin file for decode",
     "main": "every method on the built-in trained pairs: the README's first "
             "command",
 }
@@ -305,6 +360,11 @@ _EXAMPLES = {
     "plan-tree": "specdec_jax plan-tree --gin_file=runs/plan_tree.gin "
                  "--gin_file=pairs/default_gemma_completion.gin "
                  "--gin.TEMPERATURE=1.0 --gin.OUTPUT=\"'my_tree.gin'\"",
+    "plan-hierarchy": "specdec_jax plan-hierarchy "
+                      "--gin_file=runs/plan_hierarchy.gin "
+                      "--gin_file=pairs/default_gemma_completion.gin "
+                      "--gin.CANDIDATES=\"[%DRAFTER, 'exit:1', 'exit:2']\" "
+                      "--gin.OUTPUT=\"'my_hierarchy.gin'\"",
     "main": "specdec_jax main --num_examples=8",
 }
 
@@ -315,8 +375,10 @@ def _gin_listing(width: int = 78) -> list[str]:
     names = sorted(os.path.basename(p) for p in glob.glob(
         os.path.join(GIN_DIR, sub, "*.gin")))
     if names:
-      out += textwrap.wrap(" ".join(names), width, initial_indent=(
-          f"  {sub + '/':9}"), subsequent_indent=" " * 11)
+      label = f"{sub}/".ljust(9) if len(sub) < 9 else f"{sub}/ "
+      out += textwrap.wrap(" ".join(names), width,
+                           initial_indent=f"  {label}",
+                           subsequent_indent=" " * 11)
   return out
 
 

@@ -28,6 +28,9 @@ from specdec_jax.decode_run import DecodeReport, run_decode  # pylint: disable=u
 # 'inputs' feature length); Gemma 1 and 2 have an 8192-token context.
 DEFAULT_MAX_INPUT_TOKENS = {"t5": 512, "gemma": 8192}
 CHECKPOINT_FORMATS = ("auto", "native", "hf", "t5x", "t5x_orbax", "gemma")
+# ModelSpec roles; with a default_pair each names one of its models (and its
+# asset directory).
+ROLES = ("drafter", "medium", "verifier")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +50,9 @@ class ModelSpec:
     dtype: parameter dtype after loading ('bfloat16' or 'float32').
     tokenizer: SentencePiece .model path (None: token ids in and out).
     default_pair: name of a built-in pair ('t5_docstring', ...).
-    role: 'drafter' or 'verifier' (with ``default_pair``).
+    role: 'drafter', 'medium' or 'verifier': which model of a
+      ``default_pair`` (small, medium, large; 'medium' is a hierarchy's
+      middle level, gin/hierarchies/).
     seed: seed of random weights (>= 0).
     max_input_tokens: the longest model input (T5: encoder ids incl. EOS;
       Gemma: prompt incl. BOS). Longer requests are cut to it with a warning
@@ -70,9 +75,9 @@ class ModelSpec:
   def check(self) -> None:
     """Cheap checks of every field (nothing loaded); raises ValueError."""
     what = f"the {self.role}'s ModelSpec"
-    if self.role not in ("drafter", "verifier"):
-      raise ValueError(f"ModelSpec.role must be 'drafter' or 'verifier', got "
-                       f"{self.role!r}")
+    if self.role not in ROLES:
+      raise ValueError(f"ModelSpec.role must be 'drafter', 'medium' or "
+                       f"'verifier', got {self.role!r}")
     if self.dtype not in ("float32", "bfloat16"):
       raise ValueError(f"{what}: dtype must be 'float32' or 'bfloat16', got "
                        f"{self.dtype!r}")
@@ -112,6 +117,10 @@ class ModelSpec:
                          f"available: {', '.join(default_models.PAIRS)}")
       path = os.path.join(default_models.ASSETS, name, self.role,
                           native.CONFIG)
+      if not os.path.isfile(path) and self.role == "medium":
+        raise ValueError(f"the default pair {name!r} has no medium model "
+                         f"({path} is missing; assets built before medium "
+                         f"models existed); {default_models.BUILD_HINT}")
       if not os.path.isfile(path):
         raise ValueError(f"the default pair {name!r} is not built ({path} is "
                          f"missing); {default_models.BUILD_HINT}")
@@ -159,9 +168,10 @@ class ModelSpec:
     if self.default_pair:
       from specdec_jax.eval import default_models  # pylint: disable=g-import-not-at-top
       pair = default_models.load(self.default_pair, dtype=self.dtype)
-      if self.role == "drafter":
-        return pair.drafter, pair.q_params, pair.tokenizer
-      return pair.verifier, pair.p_params, pair.tokenizer
+      level = {"drafter": "small", "medium": "medium",
+               "verifier": "large"}[self.role]
+      model, params = pair.model(level)
+      return model, params, pair.tokenizer
     if self.checkpoint:
       from specdec_jax import checkpoints  # pylint: disable=g-import-not-at-top
       model, params = checkpoints.load(self.checkpoint, model=self.preset,

@@ -8,3 +8,18 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import jax  # noqa: E402  pylint: disable=g-import-not-at-top
 
 jax.config.update("jax_default_matmul_precision", "highest")
+
+
+import pytest  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _drop_compiled_programs_after_each_module():
+  """A test worker lives for the whole suite and compiles thousands of
+  programs; each keeps its machine code mapped, and past the kernel's
+  memory-map limit LLVM aborts the worker ("Cannot allocate memory"; CI lost
+  two workers that way). Free them between modules (decoding.clear_compiled
+  also clears JAX's own caches)."""
+  yield
+  from specdec_jax.decoding.loops import program  # pylint: disable=g-import-not-at-top
+  program.clear_compiled()

@@ -96,6 +96,30 @@ def check_methods(family, mesh_names, methods, tree=None):
   return mismatches
 
 
+def hierarchy(mesh=None):
+  """A 3-level stack (drafter -> the verifier's first layer -> verifier)
+  on 3 requests: row 0 greedy, rows 1-2 sampled (top-p, own temperatures)."""
+  d, v, qp, pp = pair("gemma")
+  levels = [(d, qp), (models.early_exit(v, 1), pp), (v, pp)]
+  strategy = decoding.TopP([1.0, 0.9, 0.8], temperature=[0.0, 0.5, 0.8])
+  out = decoding.generate_hierarchy(
+      levels, [2, 3], sampling=strategy, max_new_tokens=10, seeds=[3, 4, 5],
+      eos_id=None, mesh=mesh, **requests("gemma", 3))
+  return (out.sequences(), out.calls.tolist(), out.level_drafted.tolist(),
+          out.level_accepted.tolist())
+
+
+def check_hierarchy(mesh_names):
+  ref = hierarchy()
+  out = []
+  for name in mesh_names:
+    data, model = MESHES[name]
+    got = hierarchy(sharding.make_mesh(data=data, model=model))
+    if got != ref:
+      out.append(["gemma", name, "hierarchy", ref, got])
+  return out
+
+
 def param_bytes_ratio():
   d, v, qp, pp = pair("gemma")
   mesh = sharding.make_mesh(data=1, model=8)
@@ -122,6 +146,8 @@ def main(which):
                             ["spec_decode", "token_v3"], tree) +
               check_methods("t5", ["1x8"], ["opt"], decoding.Tree(
                   decoding.Topology.kary(2, 2), "top_k")))
+  elif which == "hierarchy":  # a 3-level stack with an early-exit level
+    result = check_hierarchy(["2x4"])
   elif which == "bytes":
     result = param_bytes_ratio()
   else:

@@ -196,3 +196,52 @@ def test_plan_tree_run_file_builds(monkeypatch):
   assert seen["kw"]["max_nodes"] == 12
   assert seen["args"][3].temperature == 1.0
   assert seen["kw"]["proposal"] == "without_replacement"
+
+
+@pytest.mark.parametrize("path", _files("hierarchies"))
+def test_hierarchy_files_build(path, monkeypatch):
+  from specdec_jax import hierarchy_spec  # pylint: disable=g-import-not-at-top
+  seen = {}
+
+  def fake_decode(*args, hierarchy=None):
+    seen.update(verifier=args[1], hierarchy=hierarchy)
+    return runs.DecodeReport(rows=[], new_rows=[], resumed=0, failed=[],
+                             seconds=0.0, output=None)
+
+  monkeypatch.setattr(runs, "run_decode", fake_decode)
+  name = os.path.basename(path)
+  pair = next((f"pairs/{p}.gin" for p in ("default_gemma_completion",
+                                          "default_t5_docstring")
+               if p in name), "pairs/tiny_random.gin")
+  main.parse_gin(["runs/decode.gin", pair, path], [])
+  main.run()
+  spec = seen["hierarchy"]
+  assert isinstance(spec, hierarchy_spec.HierarchySpec)
+  assert len(spec.buffers) == spec.depth == 2
+  drafter = spec.drafters[0]
+  assert isinstance(drafter, runs.ModelSpec) and drafter.role == "drafter"
+  middle = spec.drafters[1]
+  if name == "early_exit.gin":  # checkable without weights on tiny models
+    assert middle == hierarchy_spec.EarlyExit(1)
+    archs = spec.check(decoding.make_method("spec_decode"),
+                       seen["verifier"].architecture())
+    assert archs[1] == models.early_exit(models.get_model("gemma2_tiny"), 1)
+  else:
+    assert middle.role == "medium" and middle.default_pair == (
+        seen["verifier"].default_pair)
+
+
+def test_plan_hierarchy_run_file_builds(monkeypatch):
+  from specdec_jax.eval import plan_hierarchy  # pylint: disable=g-import-not-at-top
+  seen = {}
+  monkeypatch.setattr(plan_hierarchy, "run_plan_hierarchy",
+                      lambda *a, **k: seen.update(args=a, kw=k))
+  main.parse_gin(["runs/plan_hierarchy.gin", "pairs/tiny_random.gin"],
+                 ["MAX_BUFFER = 4", "TEMPERATURE = 1.0"])
+  main.run()
+  verifier, candidates, sampling = seen["args"]
+  assert verifier.preset == "gemma2_tiny"
+  assert candidates[0].preset == "gemma_tiny" and candidates[1] == "exit:1"
+  assert sampling.temperature == 1.0
+  assert seen["kw"]["max_buffer"] == 4 and seen["kw"]["max_depth"] == 3
+  assert seen["kw"]["planner"] == "auto"

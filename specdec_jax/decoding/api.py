@@ -208,6 +208,42 @@ def check_memory(program, args, mesh=None) -> None:
         f"available; lower max_new_tokens, the prompt length or the batch")
 
 
+def check_capacity(prompt_width: int, max_new: int, cfg, is_tree: bool,
+                   max_cache_length: int | None) -> None:
+  """ValueError when a request needs more cache slots than allowed.
+
+  Args:
+    prompt_width: P, the padded prompt width.
+    max_new: the longest row's budget.
+    cfg: the loop config (its topology sizes the draft block).
+    is_tree: tree verification (one more slot of slack per block).
+    max_cache_length: the caller's bound on cache slots, or None.
+  """
+  need = capacity(prompt_width, cfg, chunk=int(is_tree))
+  if max_cache_length is not None and need > max_cache_length:
+    block = (f"the tree's {cfg.topology.num_nodes} nodes + 3" if is_tree
+             else "gamma + 2")
+    raise ValueError(
+        f"prompt ({prompt_width} padded) + max_new_tokens ({max_new}) + "
+        f"{block} = {need} cache slots exceed max_cache_length "
+        f"({max_cache_length}); shorten the prompt, max_new_tokens or the "
+        f"draft block")
+  if need >= inputs_lib.MAX_POSITIONS:
+    raise ValueError(f"prompt + max_new_tokens needs {need} cache slots; "
+                     f"positions are int32, ask for fewer tokens")
+
+
+def raise_nonfinite(res: DecodeResult) -> None:
+  """FloatingPointError naming the rows that met NaN/inf logits, if any."""
+  if res.finite.all():
+    return
+  rows = np.nonzero(~res.finite)[0].tolist()
+  raise FloatingPointError(
+      f"non-finite logits (NaN/inf) from the drafter or verifier in rows "
+      f"{rows}; the parameters are corrupt or overflow in this dtype "
+      f"(try float32); pass on_nonfinite='return' to get partial output")
+
+
 def generate(method, drafter, verifier, q_params, p_params, prompts=None, *,
              inputs=None, sampling=None, gamma: int = 5,
              max_new_tokens: int | Sequence[int] = 32, seeds=0,
@@ -287,18 +323,8 @@ def generate(method, drafter, verifier, q_params, p_params, prompts=None, *,
                                 **loop_fields)
   else:
     cfg = LoopConfig(topology=topology, **loop_fields)
-  need = capacity(prompt.shape[1], cfg, chunk=int(tree is not None))
-  if max_cache_length is not None and need > max_cache_length:
-    block = (f"the tree's {cfg.topology.num_nodes} nodes + 3" if tree is
-             not None else "gamma + 2")
-    raise ValueError(
-        f"prompt ({prompt.shape[1]} padded) + max_new_tokens ({buf}) + "
-        f"{block} = {need} cache slots exceed max_cache_length "
-        f"({max_cache_length}); shorten the prompt, max_new_tokens or the "
-        f"draft block")
-  if need >= inputs_lib.MAX_POSITIONS:
-    raise ValueError(f"prompt + max_new_tokens needs {need} cache slots; "
-                     f"positions are int32, ask for fewer tokens")
+  check_capacity(prompt.shape[1], buf, cfg, tree is not None,
+                 max_cache_length)
   seeds = inputs_lib.check_seeds(seeds, batch)
   req = Request(
       seed=seeds, request_id=inputs_lib.request_ids_of(request_ids, prompt,
@@ -316,10 +342,6 @@ def generate(method, drafter, verifier, q_params, p_params, prompts=None, *,
   args = ((q_params, p_params), batch_in)
   check_memory(program, args, mesh)
   res = result(run_program(program, args, mesh), batch, buf)
-  if on_nonfinite == "raise" and not res.finite.all():
-    rows = np.nonzero(~res.finite)[0].tolist()
-    raise FloatingPointError(
-        f"non-finite logits (NaN/inf) from the drafter or verifier in rows "
-        f"{rows}; the parameters are corrupt or overflow in this dtype "
-        f"(try float32); pass on_nonfinite='return' to get partial output")
+  if on_nonfinite == "raise":
+    raise_nonfinite(res)
   return res

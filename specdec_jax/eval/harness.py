@@ -1,9 +1,11 @@
 """Runs decoding configurations over examples into a resumable JSONL file.
 
 A :class:`RunConfig` is one point of a sweep: a method with its knobs, the
-sampling settings, gamma, the generation length, batch size and seed.
-:func:`run` decodes every (config, example) with ``decoding.generate`` and
-appends ONE JSON line per pair to a results file, the moment it is measured:
+sampling settings, the draft structure (a chain of gamma tokens, a hierarchy
+of models or a token tree; ``eval/drafts.py``), the generation length, batch
+size and seed. :func:`run` decodes every (config, example) with
+``decoding.generate`` (``generate_hierarchy`` for a hierarchy) and appends
+ONE JSON line per pair to a results file, the moment it is measured:
 
     pair = default_models.load('t5_docstring')
     examples = default_models.examples('t5_docstring', limit=20)
@@ -14,7 +16,8 @@ appends ONE JSON line per pair to a results file, the moment it is measured:
 Latency protocol (the paper's): wall-clock seconds of ``generate`` per call,
 batch 1 by default, compilation excluded -- every distinct compiled program
 (method structure, sampling kind, gamma, lengths, padded widths, batch) is run
-once untimed before its first timed call. Knob values (alpha, beta,
+once untimed before its first timed call (a hierarchy compiles per buffer
+sizes, a tree per (nodes, depth, children) shape). Knob values (alpha, beta,
 temperature, top-p, seeds) are traced, so a knob sweep of one method compiles
 once. Every call pads its prompts (decoder-only) or encoder inputs to ONE
 width for the whole example set (``generate(..., pad_to=width)``; t5x style),
@@ -31,13 +34,9 @@ a time (an exclusive ``flock``).
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import itertools
-import json
 import math
-import os
 import time
-import warnings
 import zlib
 from typing import Callable, Iterable, Mapping, Protocol, Sequence
 
@@ -47,6 +46,9 @@ from specdec_jax import decoding
 from specdec_jax.decoding import api as decoding_api
 from specdec_jax.decoding import inputs as decoding_inputs
 from specdec_jax.decoding import registry
+from specdec_jax.eval import drafts
+# The results file (re-exported: ``harness.ResultsFile``, ``load_rows``).
+from specdec_jax.eval.results_file import ResultsFile, load_rows  # pylint: disable=unused-import
 
 # Methods whose output and cost do not depend on gamma (no draft block);
 # their configs store gamma=0 so a gamma sweep runs them once.
@@ -97,6 +99,13 @@ class RunConfig:
     batch_size: examples per ``generate`` call (the paper's protocol is 1).
     seed: sampling seed; each example's request id is a hash of its id, so
       results do not depend on the order or batching of examples.
+    hierarchy: buffer sizes (T_0, ..., T_{K-1}) of hierarchical speculative
+      decoding over the pair's K + 1 levels (``pair.levels()``), ``method``
+      verifying at the top (a speculative method); () = no hierarchy.
+    tree: a tree spec ('kary:2,3', 'chain:5', optional '/iid' or '/top_k';
+      ``drafts.py``): draft and verify a token tree per block; '' = none.
+      With a hierarchy or a tree, gamma does not apply and is stored as 0;
+      methods without a draft block (NO_GAMMA) ignore both, like gamma.
   """
 
   method: str
@@ -107,6 +116,8 @@ class RunConfig:
   max_new_tokens: int | None = None
   batch_size: int = 1
   seed: int = 0
+  hierarchy: tuple[int, ...] = ()
+  tree: str = ""
 
   def __post_init__(self):
     if self.method not in decoding.METHODS:
@@ -123,9 +134,16 @@ class RunConfig:
       raise ValueError(f"top_p must be in (0, 1], got {p}")
     set_("temperature", t)
     set_("top_p", 1.0 if t == 0 else p)
-    gamma = 0 if self.method in NO_GAMMA else self.gamma
-    if self.method not in NO_GAMMA and (
-        not isinstance(gamma, (int, np.integer)) or gamma < 1):
+    hierarchy = drafts.canonical_hierarchy(self.hierarchy)
+    tree = drafts.canonical_tree(self.tree)
+    if self.method in NO_GAMMA:
+      hierarchy, tree = (), ""
+    drafts.check(self.method, hierarchy, tree)
+    set_("hierarchy", hierarchy)
+    set_("tree", tree)
+    fixed = self.method in NO_GAMMA or self.draft
+    gamma = 0 if fixed else self.gamma
+    if not fixed and (not isinstance(gamma, (int, np.integer)) or gamma < 1):
       raise ValueError(f"gamma must be an integer >= 1 for {self.method}, "
                        f"got {gamma!r}")
     set_("gamma", int(gamma))
@@ -159,19 +177,44 @@ class RunConfig:
                     for k, v in self.knobs)
 
   @property
+  def draft(self) -> str:
+    """The draft structure beside the chain: 'hierarchy=3,6', 'tree=kary:2,3'
+    or '' (the chain of gamma)."""
+    if self.hierarchy:
+      return "hierarchy=" + ",".join(map(str, self.hierarchy))
+    return f"tree={self.tree}" if self.tree else ""
+
+  @property
+  def label(self) -> str:
+    """Readable method name: 'SpecDecode', 'SpecDecode tree 2x3',
+    'HSD small>medium>large (3,6)' (``drafts.label``)."""
+    return drafts.label(self.method, self.hierarchy, self.tree)
+
+  @property
   def key(self) -> str:
     """Canonical text key, e.g. 'token_v3[alpha=0.3]|T=0|top_p=1|gamma=5|...'.
 
-    Floats are written with ``repr`` so distinct values never collide.
+    Floats are written with ``repr`` so distinct values never collide. A
+    hierarchy or a tree adds '|hierarchy=3,6' or '|tree=kary:2,3' at the
+    end; chain configs keep the keys they had before those existed.
     """
     knobs = ",".join(f"{k}={v!r}" for k, v in self.knobs)
+    draft = f"|{self.draft}" if self.draft else ""
     return (f"{self.method}[{knobs}]|T={self.temperature!r}|top_p="
             f"{self.top_p!r}|gamma={self.gamma}|max_new={self.max_new_tokens}"
-            f"|bs={self.batch_size}|seed={self.seed}")
+            f"|bs={self.batch_size}|seed={self.seed}{draft}")
 
   def to_json(self) -> dict:
+    """The fields as JSON; hierarchy / tree only when set (so chain rows
+    read as before)."""
     d = dataclasses.asdict(self)
     d["knobs"] = dict(self.knobs)
+    if self.hierarchy:
+      d["hierarchy"] = list(self.hierarchy)
+    else:
+      del d["hierarchy"]
+    if not self.tree:
+      del d["tree"]
     return d
 
   @classmethod
@@ -186,7 +229,8 @@ def _as_list(x) -> list:
 def grid(methods: Mapping[str, Mapping[str, Sequence[float]]] | Sequence[str],
          temperature=(0.0,), top_p=(1.0,), gamma=(5,),
          max_new_tokens: int | None = None, batch_size: int = 1,
-         seed: int = 0) -> list[RunConfig]:
+         seed: int = 0, drafts: Sequence[Mapping] = ({},)
+         ) -> list[RunConfig]:
   """The cartesian product of a sweep, deduplicated, in a stable order.
 
   Args:
@@ -194,34 +238,59 @@ def grid(methods: Mapping[str, Mapping[str, Sequence[float]]] | Sequence[str],
       knob lists are crossed with each other).
     temperature, top_p, gamma: a value or a list of values each.
     max_new_tokens, batch_size, seed: fixed for the sweep.
+    drafts: draft structures, each a dict of RunConfig fields: ``{}`` (the
+      chain of gamma), ``{'hierarchy': (3, 6)}`` or ``{'tree': 'kary:2,3'}``.
 
   Returns:
     RunConfigs. Greedy-only methods (bild, lossy_greedy) appear only at
     temperature 0; top-p is dropped at temperature 0; gamma is dropped for
-    methods without drafts (NO_GAMMA), so no setting runs twice.
+    methods without drafts (NO_GAMMA) and for hierarchies and trees; a
+    method that cannot run a structure (BiLD on a tree) is left out of it,
+    so no setting runs twice.
   """
   if not isinstance(methods, Mapping):
     methods = {m: {} for m in _as_list(methods)}
+  structures = [_draft_fields(d) for d in drafts]
   out, seen = [], set()
   for name, knob_grid in methods.items():
     names = sorted(knob_grid)
     values = [_as_list(knob_grid[k]) for k in names]
-    for t, p, g in itertools.product(_as_list(temperature), _as_list(top_p),
-                                     _as_list(gamma)):
-      if t > 0 and is_greedy_only(name):
+    for draft, t, p, g in itertools.product(
+        structures, _as_list(temperature), _as_list(top_p), _as_list(gamma)):
+      if t > 0 and is_greedy_only(name) or not _runs_on(name, draft):
         continue
       for combo in itertools.product(*values):
         cfg = RunConfig(name, dict(zip(names, combo)), temperature=t,
                         top_p=p, gamma=g, max_new_tokens=max_new_tokens,
-                        batch_size=batch_size, seed=seed)
+                        batch_size=batch_size, seed=seed, **draft)
         if cfg not in seen:
           seen.add(cfg)
           out.append(cfg)
   return out
 
 
+def _draft_fields(d: Mapping) -> dict:
+  """A ``grid(drafts=...)`` entry, checked: {'hierarchy': ..., 'tree': ...}."""
+  if not isinstance(d, Mapping) or set(d) - {"hierarchy", "tree"}:
+    raise ValueError(f"each draft structure is a dict with 'hierarchy' "
+                     f"and/or 'tree', e.g. {{'tree': 'kary:2,3'}}; got {d!r}")
+  return dict(d)
+
+
+def _runs_on(method: str, draft: Mapping) -> bool:
+  """Whether ``method`` can decode with this draft structure (methods
+  without a draft block run with any: it is dropped)."""
+  return method in NO_GAMMA or drafts.supports(
+      method, drafts.canonical_hierarchy(draft.get("hierarchy", ())),
+      drafts.canonical_tree(draft.get("tree", "")))
+
+
 class Pair(Protocol):
-  """What :func:`run` needs of a model pair (``default_models.DefaultPair``)."""
+  """What :func:`run` needs of a model pair (``default_models.DefaultPair``).
+
+  A pair may also have ``levels() -> [(model, params)]`` (cheapest first)
+  for hierarchies of more than two levels (``drafts.pair_levels``).
+  """
 
   name: str
   drafter: object
@@ -244,105 +313,6 @@ def request_id(example_id: str) -> int:
 def row_key(pair_name: str, config: RunConfig, example_id: str) -> str:
   """The JSONL key of one (pair, config, example)."""
   return f"{pair_name}|{config.key}|{example_id}"
-
-
-# ---------------------------------------------------------------- the file
-
-
-class ResultsFile:
-  """An append-only JSONL results file with crash-safe appends.
-
-  Open it with ``with ResultsFile(path) as f``: the file is locked
-  (exclusive ``flock``), a torn last line is truncated away, and ``f.rows`` /
-  ``f.keys`` hold what is already there. :meth:`append` writes one row with
-  a single ``os.write`` and ``fsync``.
-  """
-
-  def __init__(self, path: str, sync: bool = True):
-    self.path = os.fspath(path)
-    self.sync = sync
-    self.rows: list[dict] = []
-    self.keys: set[str] = set()
-    self._fd = None
-
-  def __enter__(self) -> "ResultsFile":
-    parent = os.path.dirname(os.path.abspath(self.path))
-    os.makedirs(parent, exist_ok=True)
-    fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-      os.close(fd)
-      raise RuntimeError(f"{self.path} is being written by another process; "
-                         f"wait for it or use another results file") from None
-    self._fd = fd
-    self.rows, good_bytes = _parse(self.path)
-    if good_bytes < os.fstat(fd).st_size:
-      warnings.warn(f"{self.path}: dropping a torn last line (the previous "
-                    f"run was interrupted while writing it)")
-      os.ftruncate(fd, good_bytes)
-      os.fsync(fd)
-    self.keys = {r["key"] for r in self.rows}
-    return self
-
-  def __exit__(self, *exc) -> None:
-    if self._fd is not None:
-      fcntl.flock(self._fd, fcntl.LOCK_UN)
-      os.close(self._fd)
-      self._fd = None
-
-  def append(self, row: Mapping) -> None:
-    """Writes one row (must have a new 'key') durably."""
-    if self._fd is None:
-      raise RuntimeError("open the ResultsFile with 'with' before appending")
-    key = row["key"]
-    if key in self.keys:
-      raise ValueError(f"row {key!r} is already in {self.path}")
-    data = (json.dumps(row, ensure_ascii=False, allow_nan=True) + "\n").encode()
-    n = os.write(self._fd, data)
-    if n != len(data):  # a short write: cut it off and fail loudly
-      os.ftruncate(self._fd, os.fstat(self._fd).st_size - n)
-      raise OSError(f"short write to {self.path} ({n} of {len(data)} bytes)")
-    if self.sync:
-      os.fsync(self._fd)
-    self.rows.append(dict(row))
-    self.keys.add(key)
-
-
-def _parse(path: str) -> tuple[list[dict], int]:
-  """Rows of a results file and the byte length of its intact prefix.
-
-  A last line without its newline is torn (not counted): a killed writer
-  leaves a prefix of its line. A complete line that is not a valid row is an
-  error: the file was edited or written by something else.
-  """
-  with open(path, "rb") as f:
-    data = f.read()
-  rows, pos, seen = [], 0, set()
-  lines = data.split(b"\n")
-  # Every complete line ends with "\n"; lines[-1] is what follows the last
-  # newline: empty, or a torn row that is dropped.
-  for i, line in enumerate(lines[:-1]):
-    try:
-      row = json.loads(line)
-      if not isinstance(row, dict) or "key" not in row:
-        raise ValueError("not a results row (no 'key')")
-    except ValueError as e:
-      raise ValueError(f"{path}:{i + 1}: corrupt results line ({e}); fix or "
-                       f"delete it (only a torn LAST line is repaired "
-                       f"automatically)") from None
-    if row["key"] in seen:
-      warnings.warn(f"{path}:{i + 1}: duplicate key {row['key']!r} ignored")
-    else:
-      seen.add(row["key"])
-      rows.append(row)
-    pos += len(line) + 1
-  return rows, pos
-
-
-def load_rows(path: str) -> list[dict]:
-  """The complete rows of a results file (read-only; a torn tail ignored)."""
-  return _parse(path)[0] if os.path.exists(path) else []
 
 
 # ---------------------------------------------------------------- running
@@ -425,15 +395,16 @@ def _program(pair: Pair, cfg: RunConfig, batch: int, max_new: int,
   static = tuple((k, v) for k, v in cfg.knobs if isinstance(v, str))
   return (pair.name, cfg.method, static,
           decoding_inputs.sampling_static(cfg.sampling()),
-          max(cfg.gamma, 1), max_new, batch, width)
+          drafts.program_key(cfg.hierarchy, cfg.tree, cfg.gamma), max_new,
+          batch, width)
 
 
-def _timed(call: dict, repeats: int, clock):
-  """(DecodeResult, [seconds of each of ``repeats`` generate calls])."""
+def _timed(fn: Callable, call: dict, repeats: int, clock):
+  """(DecodeResult, [seconds of each of ``repeats`` ``fn(**call)`` calls])."""
   runs = []
   for _ in range(repeats):
     t0 = clock()
-    res = decoding.generate(**call)
+    res = fn(**call)
     runs.append(clock() - t0)
   return res, runs
 
@@ -457,6 +428,10 @@ def _rows(pair: Pair, cfg: RunConfig, ex_ids: Sequence[str], res,
         deferrals=float(res.deferrals[j]), max_new_tokens=max_new)
     if len(runs) > 1:
       row["batch_latency_runs_s"] = list(runs)
+    if cfg.hierarchy:  # [K + 1] per level, cheapest first
+      row.update(level_calls=res.calls[j].tolist(),
+                 level_drafted=res.level_drafted[j].tolist(),
+                 level_accepted=res.level_accepted[j].tolist())
     rows.append(row)
   return rows
 
@@ -470,7 +445,8 @@ def run(pair: Pair, configs: Iterable[RunConfig],
 
   Args:
     pair: the model pair (name, drafter, verifier, q_params, p_params,
-      max_new_tokens, encode, decode).
+      max_new_tokens, encode, decode; ``levels()`` for hierarchies of more
+      than two levels).
     configs: RunConfigs (e.g. from :func:`grid`).
     examples: dicts with 'id' and 'inputs' (and 'targets' for scoring).
     path: the JSONL results file (created; resumed if it exists).
@@ -484,10 +460,18 @@ def run(pair: Pair, configs: Iterable[RunConfig],
 
   Returns:
     RunStats.
+
+  Raises:
+    ValueError: before anything is decoded, for a hierarchy config the pair
+      has not the levels for (``drafts.unsupported``; leave it out).
   """
   if repeats < 1:
     raise ValueError(f"repeats must be >= 1, got {repeats}")
   configs = list(configs)
+  for cfg in configs:
+    why = drafts.unsupported(pair, cfg.hierarchy)
+    if why:
+      raise ValueError(f"config {cfg.key} cannot run: {why}")
   ids = [str(ex["id"]) for ex in examples]
   if len(set(ids)) != len(ids):
     raise ValueError("example ids must be unique")
@@ -516,19 +500,17 @@ def run(pair: Pair, configs: Iterable[RunConfig],
         bar.set_postfix_str(f"{cfg.method} {cfg.knob_str}".strip())
         for chunk in _batches(todo, cfg.batch_size):
           kwargs = {k: [encoded[i][k] for i in chunk] for k in encoded[0]}
-          call = dict(method=method, drafter=pair.drafter,
-                      verifier=pair.verifier, q_params=pair.q_params,
-                      p_params=pair.p_params, sampling=cfg.sampling(),
-                      gamma=max(cfg.gamma, 1), max_new_tokens=max_new,
-                      seeds=cfg.seed,
-                      request_ids=[request_id(ids[i]) for i in chunk],
-                      pad_to=width, **kwargs)
+          fn, call = drafts.decode_call(
+              pair, method, cfg.hierarchy, cfg.tree, cfg.gamma,
+              sampling=cfg.sampling(), max_new_tokens=max_new,
+              seeds=cfg.seed, request_ids=[request_id(ids[i]) for i in chunk],
+              pad_to=width, **kwargs)
           prog = _program(pair, cfg, len(chunk), max_new, width)
           if warmup and prog not in warm:
-            stats.warmup_s += _timed(call, 1, clock)[1][0]
+            stats.warmup_s += _timed(fn, call, 1, clock)[1][0]
             stats.warmups += 1
             warm.add(prog)
-          res, runs = _timed(call, repeats, clock)
+          res, runs = _timed(fn, call, repeats, clock)
           stats.decode_s += sum(runs)
           for row in _rows(pair, cfg, [ids[i] for i in chunk], res, runs,
                            max_new):

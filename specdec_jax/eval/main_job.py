@@ -4,8 +4,11 @@ For each default pair (``default_models.PAIRS``) on its held-out test split:
 target-only, drafter-only, SpecDecode, Lossy (beta = 1 and tuned beta), BiLD,
 BiLD*, SpecCascade [Chow / Diff / OPT / TokenV1 / V2 / V3], TokenCascade
 [Chow] and SeqCascade [Chow], each cascade / lossy method over a small alpha
-grid; greedy decoding (temperature 0) at batch 1 and gamma 5 by default.
-Writes into ``out_dir``:
+grid, plus two draft structures beside the chain of gamma: hierarchical
+speculative decoding over the family's three sizes ('hsd': small > medium >
+large, buffers ``HSD_BUFFERS``; only for pairs with a medium model) and
+SpecDecode on a token tree ('tree': ``TREE_SPEC``); greedy decoding
+(temperature 0) at batch 1 and gamma 5 by default. Writes into ``out_dir``:
 
     results.jsonl                 one row per (pair, config, example); resumable
     summary.json, summary.md      aggregates + the paper's two summary numbers
@@ -41,7 +44,7 @@ import time
 from typing import Callable, Mapping, Sequence
 
 from specdec_jax.decoding import registry
-from specdec_jax.eval import harness, plots, report
+from specdec_jax.eval import drafts, harness, plots, report
 
 DEFAULT_PAIRS = ("t5_docstring", "gemma_completion")
 DEFAULT_NUM_EXAMPLES = 32
@@ -54,6 +57,68 @@ DEFAULT_GRID: dict[str, dict[str, list[float]]] = {
     e.name: {k: list(v) for k, v in e.main_grid.items()}
     for e in registry.ENTRIES if e.main_grid is not None}
 
+# Hierarchical speculative decoding over a family's three sizes: the small
+# model drafts T_0 = 3 tokens a batch, the medium one verifies them until it
+# holds T_1 = 6, which the large one verifies in one step.
+HSD_BUFFERS = (3, 6)
+# Tree verification: a full binary tree of depth 3 (14 drafted nodes, 4
+# drafter calls, ONE verifier step per block).
+TREE_SPEC = "kary:2,3"
+# Grid rows that run a method on another draft structure than the chain of
+# gamma (eval/drafts.py): row name -> (method, RunConfig draft fields). A
+# grid's row names are method names or these.
+DRAFT_ROWS: dict[str, tuple[str, dict]] = {
+    "hsd": ("spec_decode", {"hierarchy": HSD_BUFFERS}),
+    "tree": ("spec_decode", {"tree": TREE_SPEC}),
+}
+DEFAULT_GRID.update({name: {} for name in DRAFT_ROWS})
+
+
+def make_configs(grid: Mapping[str, Mapping[str, Sequence[float]]],
+                 draft_rows: Mapping[str, tuple[str, Mapping]] | None = None,
+                 **sweep) -> list[harness.RunConfig]:
+  """The RunConfigs of a grid whose rows are methods or draft rows.
+
+  Args:
+    grid: {row: {knob: values}}; a row is a method name or a key of
+      ``draft_rows`` (its method on its draft structure).
+    draft_rows: {row: (method, {'hierarchy': ...} or {'tree': ...})}
+      (default: DRAFT_ROWS).
+    **sweep: ``harness.grid``'s temperature, top_p, gamma, max_new_tokens,
+      batch_size, seed.
+
+  Returns:
+    RunConfigs, deduplicated, in grid order.
+  """
+  draft_rows = DRAFT_ROWS if draft_rows is None else draft_rows
+  configs = []
+  for row, knobs in grid.items():
+    if row not in draft_rows and row not in registry.REGISTRY:
+      raise ValueError(f"unknown grid row {row!r}: use a method name "
+                       f"({', '.join(sorted(registry.REGISTRY))}) or a "
+                       f"draft row ({', '.join(sorted(draft_rows))})")
+    method, draft = draft_rows.get(row, (row, {}))
+    configs += harness.grid({method: knobs}, drafts=[dict(draft)], **sweep)
+  return list(dict.fromkeys(configs))
+
+
+def runnable(pair, configs: Sequence[harness.RunConfig]
+             ) -> tuple[list[harness.RunConfig], list[str]]:
+  """(the configs ``pair`` can run, a message per config it cannot).
+
+  A hierarchy needs as many levels as it has buffers + 1: the default pairs
+  offer small, medium, large (small, large in assets without a medium
+  model); other pairs their drafter and verifier (``drafts.pair_levels``).
+  """
+  ok, skipped = [], []
+  for cfg in configs:
+    why = drafts.unsupported(pair, cfg.hierarchy)
+    if why:
+      skipped.append(f"skipping {cfg.label}: {why}")
+    else:
+      ok.append(cfg)
+  return ok, skipped
+
 
 def _default_models():
   from specdec_jax.eval import default_models  # pylint: disable=g-import-not-at-top
@@ -62,7 +127,8 @@ def _default_models():
 
 @dataclasses.dataclass
 class PairOutcome:
-  """What the job did for one pair (``run.pad_width``: the padded width)."""
+  """What the job did for one pair (``run.pad_width``: the padded width;
+  ``skipped``: why configs the pair cannot run were left out)."""
 
   name: str
   num_examples: int
@@ -71,12 +137,14 @@ class PairOutcome:
   load_s: float
   total_s: float
   plots: list[str]
+  skipped: list[str] = dataclasses.field(default_factory=list)
 
 
 def run_main_job(out_dir: str, pairs: Sequence[str] | None = None,
                  num_examples: int | None = DEFAULT_NUM_EXAMPLES,
                  grid: Mapping[str, Mapping[str, Sequence[float]]]
                  | None = None,
+                 draft_rows: Mapping[str, tuple[str, Mapping]] | None = None,
                  temperature=0.0, top_p=1.0, gamma=5,
                  max_new_tokens: int | None = None, batch_size: int = 1,
                  seed: int = 0, split: str = "test", dtype: str = "float32",
@@ -92,7 +160,9 @@ def run_main_job(out_dir: str, pairs: Sequence[str] | None = None,
     pairs: default pair names (default: all of ``default_models.PAIRS``).
     num_examples: the first this many examples of the split per pair
       (None: all).
-    grid: {method: {knob: values}} (default: DEFAULT_GRID).
+    grid: {row: {knob: values}}, a row being a method or a draft row
+      (default: DEFAULT_GRID, with 'hsd' and 'tree').
+    draft_rows: {row: (method, draft fields)} (default: DRAFT_ROWS).
     temperature, top_p, gamma: a value or list each (swept).
     max_new_tokens: None uses each pair's default.
     batch_size: examples per decode call (1 = the paper's latency protocol).
@@ -119,9 +189,10 @@ def run_main_job(out_dir: str, pairs: Sequence[str] | None = None,
     pairs = tuple(pairs or dm.PAIRS)
   pairs = tuple(pairs or DEFAULT_PAIRS)
   grid = DEFAULT_GRID if grid is None else grid
-  configs = harness.grid(grid, temperature=temperature, top_p=top_p,
-                         gamma=gamma, max_new_tokens=max_new_tokens,
-                         batch_size=batch_size, seed=seed)
+  all_configs = make_configs(grid, draft_rows, temperature=temperature,
+                             top_p=top_p, gamma=gamma,
+                             max_new_tokens=max_new_tokens,
+                             batch_size=batch_size, seed=seed)
   os.makedirs(out_dir, exist_ok=True)
   results_path = os.path.join(out_dir, "results.jsonl")
   all_aggs, outcomes, plot_paths = [], [], []
@@ -139,6 +210,9 @@ def run_main_job(out_dir: str, pairs: Sequence[str] | None = None,
       raise ValueError(f"{name}: no {split} examples selected (split has "
                        f"{len(pool)})")
     load_s = time.perf_counter() - t0
+    configs, skipped = runnable(pair, all_configs)
+    for line in skipped:
+      print_fn(f"[{name}] {line}")
     print_fn(f"[{name}] {len(examples)} {split} examples; {len(configs)} "
              f"configurations")
     stats = harness.run(pair, configs, examples, results_path,
@@ -154,7 +228,7 @@ def run_main_job(out_dir: str, pairs: Sequence[str] | None = None,
     outcomes.append(PairOutcome(
         name=name, num_examples=len(examples), configs=len(configs),
         run=stats, load_s=load_s, total_s=time.perf_counter() - t0,
-        plots=paths))
+        plots=paths, skipped=skipped))
     print_fn(f"[{name}] {stats.written} rows measured, {stats.skipped} "
              f"resumed (padded width {stats.pad_width}); {stats.warmups} "
              f"programs compiled in {stats.warmup_s:.0f} s, decoding "
@@ -215,7 +289,13 @@ def main(argv: Sequence[str] | None = None) -> None:
                   help="comma-separated default pair names (default: all)")
   ap.add_argument("--num_examples", type=int, default=DEFAULT_NUM_EXAMPLES)
   ap.add_argument("--methods", default=None,
-                  help="comma-separated subset of the default grid")
+                  help="comma-separated subset of the default grid (method "
+                  "names, 'hsd', 'tree')")
+  ap.add_argument("--hsd_buffers", default=None,
+                  help="buffers of the 'hsd' row, e.g. 3,6 (default "
+                  f"{','.join(map(str, HSD_BUFFERS))})")
+  ap.add_argument("--tree", default=None,
+                  help=f"tree spec of the 'tree' row (default {TREE_SPEC})")
   ap.add_argument("--grid_json", default=None,
                   help='a JSON grid, e.g. \'{"token_v3": {"alpha": [0.3]}}\'')
   ap.add_argument("--temperature", default="0", help="comma-separated")
@@ -242,6 +322,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     if unknown:
       sys.exit(f"--methods: {unknown} not in the grid ({sorted(grid)})")
     grid = {m: grid[m] for m in names}
+  rows = dict(DRAFT_ROWS)
+  if args.hsd_buffers:
+    try:
+      buffers = tuple(int(t) for t in args.hsd_buffers.split(",") if t)
+    except ValueError:
+      sys.exit(f"--hsd_buffers: write comma-separated integers such as 3,6; "
+               f"got {args.hsd_buffers!r}")
+    rows["hsd"] = ("spec_decode", {"hierarchy": buffers})
+  if args.tree:
+    rows["tree"] = ("spec_decode", {"tree": args.tree})
   cache = (os.path.join(args.out_dir, "jax_cache")
            if args.compilation_cache_dir is None
            else args.compilation_cache_dir)
@@ -249,7 +339,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     enable_compilation_cache(cache)
   run_main_job(
       args.out_dir, pairs=args.pairs.split(",") if args.pairs else None,
-      num_examples=args.num_examples, grid=grid,
+      num_examples=args.num_examples, grid=grid, draft_rows=rows,
       temperature=_floats(args.temperature), top_p=_floats(args.top_p),
       gamma=[int(g) for g in _floats(args.gamma)],
       max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,

@@ -1,8 +1,11 @@
 """Quality vs relative latency plots (Faster Cascades, Figure 4 style).
 
-One curve per method across its knob sweep (points sorted by relative
-latency), target-only and drafter-only as single markers, and a dashed
-horizontal line at the target-only quality. Uses matplotlib's Agg backend
+One curve per method and draft structure across its knob sweep (points
+sorted by relative latency; SpecDecode on a chain, on a hierarchy and on a
+tree are three curves, the last two named by ``RunConfig.label``: 'HSD
+small>medium>large (3,6)', 'SpecDecode tree 2x3'), target-only and
+drafter-only as single markers, and a dashed horizontal line at the
+target-only quality. Uses matplotlib's Agg backend
 (no display needed).
 """
 
@@ -62,24 +65,26 @@ def plot_quality_vs_latency(aggs: Sequence[report.Aggregate], path: str,
     raise ValueError(f"plot one setting at a time; got {len(by_setting)} "
                      f"(pairs / sampling settings): {list(by_setting)}")
   setting, by_curve = next(iter(by_setting.items()))
-  if (report.BASELINE, 0) not in by_curve:
+  if report.BASELINE_CURVE not in by_curve:
     raise ValueError(f"no target-only aggregate for {setting}: relative "
                      f"latency needs it")
-  gammas = {}
-  for method, gamma in by_curve:
-    gammas.setdefault(method, set()).add(gamma)
+  gammas = {}  # gammas of each method's chain curves
+  for method, gamma, draft in by_curve:
+    if not draft:
+      gammas.setdefault(method, set()).add(gamma)
   fig, ax = plt.subplots(figsize=(9, 5.5))
   colors = plt.get_cmap("tab20").colors
   markers = "o^vsDP<>Xph*"
   metric, k = None, 0
-  for (method, gamma), pts in by_curve.items():
+  for (method, gamma, draft), pts in by_curve.items():
     pts = [a for a in pts if a.relative_latency is not None]
     if not pts:
       continue
     metric = pts[0].metric
     xs = [a.relative_latency for a in pts]
     ys = [a.score for a in pts]
-    name = label(method, gamma, len(gammas[method]) > 1)
+    name = (pts[0].config.label if draft
+            else label(method, gamma, len(gammas[method]) > 1))
     if method in POINT_METHODS:
       ax.plot(xs, ys, linestyle="none", marker="*" if method == "target_only"
               else "s", markersize=13, color="black" if method ==
@@ -89,7 +94,7 @@ def plot_quality_vs_latency(aggs: Sequence[report.Aggregate], path: str,
               linewidth=1.5, color=colors[(2 * k) % 20 + (k // 10) % 2],
               label=name)
       k += 1
-  target_q = by_curve[(report.BASELINE, 0)][0].score
+  target_q = by_curve[report.BASELINE_CURVE][0].score
   ax.axhline(target_q, linestyle="--", color="black", linewidth=1,
              label=TARGET_LINE)
   ax.set_xlabel("Latency relative to target-only (batch 1)")
@@ -117,7 +122,7 @@ def plot_all(aggs: Sequence[report.Aggregate], out_dir: str) -> list[str]:
     per_pair[s[0]] = per_pair.get(s[0], 0) + 1
   paths = []
   for setting, by_curve in by_setting.items():
-    if (report.BASELINE, 0) not in by_curve:
+    if report.BASELINE_CURVE not in by_curve:
       continue
     path = os.path.join(out_dir, plot_file_name(setting,
                                                 per_pair[setting[0]] > 1))

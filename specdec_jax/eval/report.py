@@ -95,6 +95,11 @@ class Aggregate:
     return self.config.method
 
   @property
+  def curve(self) -> tuple[str, int, str]:
+    """(method, gamma, draft structure): the knob curve this point is on."""
+    return self.config.method, self.config.gamma, self.config.draft
+
+  @property
   def setting(self) -> tuple:
     """What target-only must share to be this config's baseline."""
     return setting_of(self.pair, self.config)
@@ -235,7 +240,8 @@ class MethodSummary:
   Attributes:
     pair, temperature, top_p: the setting (with max_new_tokens, batch_size,
       seed in ``setting``).
-    method, gamma: the curve (gamma 0 for methods without drafts).
+    method, gamma: the curve (gamma 0 for methods without drafts and for
+      hierarchies / trees).
     metric: the quality metric.
     target_quality: target-only quality at this setting.
     num_points: knob settings measured.
@@ -246,6 +252,10 @@ class MethodSummary:
     best_quality: best quality with relative latency <= 1.
     best_quality_latency: its relative latency.
     best_knobs: its knobs.
+    draft: the draft structure ('' for the chain, 'hierarchy=3,6',
+      'tree=kary:2,3'; ``RunConfig.draft``).
+    label: readable name ('SpecCascade [TokenV3]', 'HSD
+      small>medium>large (3,6)', 'SpecDecode tree 2x3').
   """
 
   pair: str
@@ -263,6 +273,8 @@ class MethodSummary:
   best_quality: float | None
   best_quality_latency: float | None
   best_knobs: str | None
+  draft: str = ""
+  label: str = ""
 
   def to_json(self) -> dict:
     d = dataclasses.asdict(self)
@@ -270,12 +282,20 @@ class MethodSummary:
     return d
 
 
+BASELINE_CURVE = (BASELINE, 0, "")
+
+
 def curves(aggs: Sequence[Aggregate]) -> dict:
-  """{setting: {(method, gamma): [Aggregate, ...] sorted by latency}}."""
+  """{setting: {(method, gamma, draft): [Aggregate, ...] sorted by latency}}.
+
+  ``draft`` is '' for the chain of gamma, else the hierarchy / tree
+  (``RunConfig.draft``), so SpecDecode on a chain, a hierarchy and a tree
+  are three curves.
+  """
   out = collections.OrderedDict()
   for a in aggs:
     c = out.setdefault(a.setting, collections.OrderedDict())
-    c.setdefault((a.method, a.config.gamma), []).append(a)
+    c.setdefault(a.curve, []).append(a)
   for c in out.values():
     for k in c:
       c[k].sort(key=lambda a: (a.relative_latency is None,
@@ -290,11 +310,11 @@ def summarize(aggs: Sequence[Aggregate]) -> list[MethodSummary]:
   """
   out = []
   for setting, by_curve in curves(aggs).items():
-    base = by_curve.get((BASELINE, 0))
+    base = by_curve.get(BASELINE_CURVE)
     if not base:
       continue
     tq = base[0].score
-    for (method, gamma), pts in by_curve.items():
+    for (method, gamma, draft), pts in by_curve.items():
       xy = [(a.relative_latency, a.score) for a in pts]
       lat = matched_quality_latency(xy, tq, interpolate=True)
       lat_pt = matched_quality_latency(xy, tq, interpolate=False)
@@ -315,7 +335,7 @@ def summarize(aggs: Sequence[Aggregate]) -> list[MethodSummary]:
           matched_knobs=knobs,
           best_quality=None if best is None else best[0],
           best_quality_latency=None if best is None else best[1],
-          best_knobs=best_knobs))
+          best_knobs=best_knobs, draft=draft, label=pts[0].config.label))
   return out
 
 
@@ -336,6 +356,12 @@ def setting_title(setting: tuple) -> str:
   return f"{pair}: {samp}{new}, batch {bs}, seed {seed}"
 
 
+def method_cell(method: str, draft: str, label: str) -> str:
+  """The method column of the tables: the registry name for a chain, the
+  readable label ('HSD small>medium>large (3,6)') for a hierarchy or tree."""
+  return label if draft else method
+
+
 def results_table(aggs: Sequence[Aggregate]) -> str:
   """Markdown: one table per setting, one row per configuration."""
   lines = []
@@ -346,10 +372,11 @@ def results_table(aggs: Sequence[Aggregate]) -> str:
               f"latency ms | tokens/s | accept rate | deferral rate | "
               f"tokens/call | n |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for (method, gamma), pts in by_curve.items():
+    for (method, gamma, draft), pts in by_curve.items():
+      name = method_cell(method, draft, pts[0].config.label)
       for a in pts:
         lines.append(
-            f"| {method} | {gamma or '-'} | {a.config.knob_str or '-'} | "
+            f"| {name} | {gamma or '-'} | {a.config.knob_str or '-'} | "
             f"{a.score:.2f} | {_f(a.relative_latency)} | "
             f"{1e3 * a.mean_latency_s:.1f} | {a.tokens_per_s:.1f} | "
             f"{_f(a.acceptance_rate)} | {_f(a.deferral_rate)} | "
@@ -372,7 +399,8 @@ def summary_table(summaries: Sequence[MethodSummary]) -> str:
           "latency <= 1 | its rel. latency | knobs |",
           "|---|---|---|---|---|---|---|---|---|"]
     lines.append(
-        f"| {s.method} | {s.gamma or '-'} | {s.num_points} | "
+        f"| {method_cell(s.method, s.draft, s.label)} | {s.gamma or '-'} | "
+        f"{s.num_points} | "
         f"{_f(s.speedup_matched, '{:.2f}x', 'not reached')} | "
         f"{_f(s.speedup_matched_point, '{:.2f}x', 'not reached')} | "
         f"{s.matched_knobs or '-'} | {_f(s.best_quality)} | "

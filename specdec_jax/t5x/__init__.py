@@ -3,7 +3,8 @@
 * ``decoding``: a t5x ``decode_fn`` (DecodeFnCallable) for the single-model
   baselines.
 * ``models``: t5x Models running speculative decoding / cascades with a
-  drafter and a verifier.
+  drafter and a verifier, drafting chains, token trees or hierarchies.
+* ``drafting``: those three drafting options (``Hierarchy`` of early exits).
 * ``merge``: merges two T5X checkpoints into the one these Models restore.
 * ``metrics``: a seqio metric of the Models' acceptance statistics.
 

@@ -21,10 +21,9 @@ from specdec_jax import models as models_lib
 from specdec_jax import sharding
 from specdec_jax.decoding import inputs as inputs_lib
 from specdec_jax.decoding import registry
-from specdec_jax.decoding.loops.program import run_program
-from specdec_jax.decoding.loops.state import LoopConfig, Request
+from specdec_jax.decoding.loops.state import Request
 from specdec_jax.decoding.rules import sampling as sampling_lib
-from specdec_jax.decoding.verify.topology import Topology
+from specdec_jax.t5x import drafting
 
 _DECODER_PARAMS = ("decode_rng", "eos_id", "max_decode_steps")
 
@@ -162,7 +161,8 @@ class SpeculativeModel:
                method="spec_decode", method_knobs=None, gamma: int = 5,
                sampling=None, seed: int | None = None,
                score_decodes: bool = True, model_overrides=None,
-               feature_converter_cls=None, optimizer_def=None):
+               feature_converter_cls=None, optimizer_def=None, tree=None,
+               hierarchy=None):
     self.drafter = _resolve_model(drafter, model_overrides, "drafter")
     self.verifier = _resolve_model(verifier, model_overrides, "verifier")
     kind = "encoder-decoder" if self._ENCODER_DECODER else "decoder-only"
@@ -171,12 +171,14 @@ class SpeculativeModel:
         raise ValueError(f"{type(self).__name__} needs {kind} models; the "
                          f"{what} is {type(m).__name__}")
     self.method = _resolve_method(method, method_knobs)
-    self.topology = Topology.chain(gamma)
-    self.gamma = int(gamma)
     self.strategy = sampling_lib.Greedy() if sampling is None else sampling
     # The checks decoding.generate applies, shared (not repeated) here.
     inputs_lib.check_method(self.method, self.strategy)
     inputs_lib.check_models(self.method, self.drafter, self.verifier)
+    self.drafting = drafting.resolve(self.method, self.drafter,
+                                     self.verifier, gamma, tree, hierarchy)
+    self.topology, self.gamma = self.drafting.topology, int(gamma)
+    self.tree, self.hierarchy = self.drafting.tree, hierarchy
     if seed is not None and not 0 <= int(seed) < 2**32:
       raise ValueError(f"seed must be in [0, 2**32) or None, got {seed}")
     self.seed = seed
@@ -281,7 +283,8 @@ class SpeculativeModel:
 
   def _decode(self, params, prompt, prompt_len, inputs, ids, rng, max_new,
               width: int, num_decodes: int, eos_id: int):
-    """Runs the method on [B] rows x num_decodes.
+    """Runs the method on [B] rows x num_decodes (drafting a chain, a tree
+    or a hierarchy: ``self.drafting``).
 
     Args:
       params: {'draft', 'target'}.
@@ -296,7 +299,9 @@ class SpeculativeModel:
 
     Returns:
       (LoopOutput of the B * n rows (tokens [B * n, width]), the Batch that
-      ran (rows expanded), stats dict of [B * n] arrays).
+      ran (rows expanded), stats dict of [B * n] arrays; a hierarchy adds
+      'level_calls', 'level_drafted', 'level_accepted' [B * n, K + 1],
+      cheapest level first).
     """
     if isinstance(num_decodes, bool) or int(num_decodes) != num_decodes or (
         num_decodes < 1):
@@ -319,11 +324,10 @@ class SpeculativeModel:
                   max_new_tokens=jnp.maximum(max_new, 0).astype(jnp.int32))
     batch = inputs_lib.make_batch(prompt, prompt_len, inputs, req,
                                   self.strategy, self.method)
-    cfg = LoopConfig(topology=self.topology, max_new=width, eos_id=eos_id,
-                     pad_id=0,
-                     sampling=inputs_lib.sampling_static(self.strategy))
-    program = self.method.program((self.drafter, self.verifier), cfg)
-    out = run_program(program, ((params["draft"], params["target"]), batch))
+    cfg = self.drafting.config(
+        self.method, max_new=width, eos_id=eos_id, pad_id=0,
+        sampling=inputs_lib.sampling_static(self.strategy))
+    out = self.drafting.run(self.method, params, batch, cfg)
     lower = out.levels[:-1]
     stats = dict(drafted=out.levels[-1].drafted,
                  accepted=out.levels[-1].accepted,
@@ -331,6 +335,11 @@ class SpeculativeModel:
                  drafter_calls=sum(lv.calls for lv in lower),
                  deferrals=out.deferrals)
     stats.update(tokens=out.num_out, finite=out.finite)
+    if self.drafting.stack is not None:  # [N, K + 1] per level
+      stack = lambda f: jnp.stack([getattr(lv, f) for lv in out.levels], 1)
+      stats.update(level_calls=stack("calls"),
+                   level_drafted=stack("drafted"),
+                   level_accepted=stack("accepted"))
     return out, batch, stats
 
   def _scores(self, params, batch: Batch, out) -> jax.Array:

@@ -24,7 +24,9 @@ Worked example (the first example of t5x's docstring; a test runs it)::
 
 The speculative methods do not fit this contract (a ``tokens_to_logits``
 callable scores one token of one model); they run through
-:mod:`specdec_jax.t5x.models` instead.
+:mod:`specdec_jax.t5x.models` instead, and so do draft trees and
+hierarchies (``tree=`` / ``hierarchy=`` of those Models): both need a
+drafter and a verifier, which this contract does not provide.
 """
 
 from __future__ import annotations

@@ -23,10 +23,19 @@ row's non-padding input tokens, so equal rows in any position of any batch
 draw the same random numbers. Decode j > 0 of ``num_decodes`` mixes j into
 the id (decode 0 equals the single decode).
 
+Drafting (``drafting.py``): a chain of ``gamma`` tokens by default; with
+``tree=decoding.Tree(...)`` a token tree per block, verified in one verifier
+step; with ``hierarchy=Hierarchy(exits=(k, ...), buffers=(T_0, ...))`` the
+drafter, early exits of the verifier (its first k decoder layers, reading
+params['target']) and the verifier, as ``generate_hierarchy``. Both keep the
+parameter tree ``{'draft', 'target'}`` and the t5x contract unchanged.
+
 Aux outputs are batch-major (t5x re-indexes them with ``x[indices]``):
 'scores' (verifier log-likelihood of the generated tokens, used to rank
 ``num_decodes`` samples), 'tokens', 'drafted', 'accepted',
-'verifier_calls', 'drafter_calls', 'deferrals' (per row) and 'finite'.
+'verifier_calls', 'drafter_calls', 'deferrals' (per row) and 'finite';
+with a hierarchy also 'level_calls', 'level_drafted' and 'level_accepted'
+([B, K + 1], cheapest level first).
 """
 from __future__ import annotations
 
@@ -35,6 +44,7 @@ import jax.numpy as jnp
 
 from specdec_jax.t5x.base import (SpeculativeModel, check_batch, hash_rows,
                                   params_axes, place)
+from specdec_jax.t5x.drafting import Hierarchy
 
 try:
   import seqio  # pylint: disable=g-import-not-at-top
@@ -44,8 +54,8 @@ except ImportError:  # seqio is an optional extra; t5x always has it.
   _ENC_DEC_CONVERTER = None
   _DECODER_CONVERTER = None
 
-__all__ = ["SpeculativeDecoderOnlyModel", "SpeculativeEncoderDecoderModel",
-           "hash_rows", "params_axes"]
+__all__ = ["Hierarchy", "SpeculativeDecoderOnlyModel",
+           "SpeculativeEncoderDecoderModel", "hash_rows", "params_axes"]
 
 
 class SpeculativeEncoderDecoderModel(SpeculativeModel):
@@ -59,7 +69,7 @@ class SpeculativeEncoderDecoderModel(SpeculativeModel):
       ``eos_id`` and ``vocab_size`` are read).
     method: a name in ``decoding.METHODS`` or a method object.
     method_knobs: knobs of a named method, e.g. {'alpha': 0.3}.
-    gamma: draft block size >= 1.
+    gamma: draft block size >= 1 (chain drafting).
     sampling: a strategy (decoding.Greedy/Temperature/TopK/TopP); default
       greedy.
     seed: fixed seed for every batch (None: derived from t5x's rng).
@@ -67,6 +77,12 @@ class SpeculativeEncoderDecoderModel(SpeculativeModel):
     model_overrides: config overrides for preset names ({'dtype': ...}).
     feature_converter_cls: replaces seqio.EncDecFeatureConverter.
     optimizer_def: t5x's constructor argument; must be None (no training).
+    tree: optional draft tree (a decoding.Tree, a decoding.Topology or a
+      list of parent indices): every block drafts it and the verifier checks
+      all its nodes in one step (docs/trees.md); gamma is then unused.
+    hierarchy: optional :class:`Hierarchy` of early exits of the verifier
+      between the drafter and the verifier (docs/t5x.md); gamma is then
+      unused. At most one of tree and hierarchy.
   """
 
   FEATURE_CONVERTER_CLS = _ENC_DEC_CONVERTER
@@ -170,14 +186,16 @@ class SpeculativeDecoderOnlyModel(SpeculativeModel):
                method_knobs=None, gamma: int = 5, sampling=None,
                seed: int | None = None, score_decodes: bool = True,
                model_overrides=None, bos_id: int | None = None,
-               feature_converter_cls=None, optimizer_def=None):
+               feature_converter_cls=None, optimizer_def=None, tree=None,
+               hierarchy=None):
     super().__init__(drafter, verifier, vocabulary, vocabulary, method=method,
                      method_knobs=method_knobs, gamma=gamma,
                      sampling=sampling, seed=seed,
                      score_decodes=score_decodes,
                      model_overrides=model_overrides,
                      feature_converter_cls=feature_converter_cls,
-                     optimizer_def=optimizer_def)
+                     optimizer_def=optimizer_def, tree=tree,
+                     hierarchy=hierarchy)
     if bos_id is None:
       bos_id = getattr(self.verifier.config, "bos_id", 0)
     if not 0 <= int(bos_id) < self.verifier.vocab_size:

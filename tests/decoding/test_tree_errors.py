@@ -13,6 +13,7 @@ Topology = decoding.Topology
     ((), "at least one node, got zero nodes"),
     ((-1, 2, 0), "node 1 has parent 2, which is not an earlier node"),
     ((-1, 1), "node 1 has parent 1"),  # a cycle (its own parent)
+    ((1, 0), "node 0 has parent 1, which is not an earlier node"),  # 0 <-> 1
     ((-1, 0, -1), "node 2 \\(depth 1\\) comes after a node of depth 2: "
                   "number nodes breadth-first"),
     ((-1, -3), "node 1 has parent -3; use -1 for the root"),
@@ -20,6 +21,21 @@ Topology = decoding.Topology
 def test_malformed_topologies(parents, match):
   with pytest.raises(ValueError, match=match):
     decoding.Tree(Topology(parents))
+
+
+@pytest.mark.parametrize("build,match", [
+    (lambda: Topology.from_paths([[0], [1, 0]]),
+     "path \\[1, 0\\] has no parent path \\[1\\] in the list"),
+    (lambda: Topology.from_widths([[2], [1, 1, 1]]),
+     "level has 2 nodes but 3 child counts were given: \\[1, 1, 1\\]"),
+    (lambda: Topology.from_widths([[0]]), "got zero nodes"),
+    (lambda: Topology.kary(0, 2),
+     "k-ary trees need k >= 1 and depth >= 1, got k=0, depth=2"),
+    (lambda: Topology.chain(0), "gamma must be an integer >= 1, got 0"),
+])
+def test_bad_topology_constructors(build, match):
+  with pytest.raises(ValueError, match=match):
+    build()
 
 
 def test_bad_tree_objects():

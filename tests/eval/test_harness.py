@@ -2,7 +2,9 @@
 
 The stand-in pair (:func:`stand_in_pair`) is a DefaultPair-like object over
 the tiny random T5 / Gemma pairs of tests/decoding/pairs.py with a tiny
-SentencePiece tokenizer trained here; test_main_job.py reuses it.
+SentencePiece tokenizer trained here; :func:`three_levels` adds a medium
+level (the verifier's first layer, ``models.early_exit``) and ``levels()``
+for hierarchies. test_main_job.py reuses them.
 """
 
 import dataclasses
@@ -17,9 +19,10 @@ import time
 import numpy as np
 import pytest
 
-from specdec_jax import decoding
+from specdec_jax import decoding, models
 from specdec_jax import tokenizer as tokenizer_lib
-from specdec_jax.eval import harness
+from specdec_jax.decoding.hierarchy.api import generate_hierarchy
+from specdec_jax.eval import drafts, harness
 from tests.decoding.pairs import tiny_pair
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -77,6 +80,30 @@ def stand_in_pair(family: str = "t5", tokenizer_path: str | None = None,
                      is_encoder_decoder=family == "t5")
 
 
+@dataclasses.dataclass
+class ThreeLevelStandIn(StandInPair):
+  """A stand-in with a medium model: small > medium > large, as
+  default_models.DefaultPair with a medium model offers them."""
+
+  medium: object = None
+  m_params: object = None
+
+  def levels(self):
+    return [(self.drafter, self.q_params), (self.medium, self.m_params),
+            (self.verifier, self.p_params)]
+
+
+def three_levels(pair: StandInPair, name: str | None = None
+                 ) -> ThreeLevelStandIn:
+  """``pair`` with the verifier's first decoder layer as the medium level
+  (sharing the verifier's params)."""
+  fields = {f.name: getattr(pair, f.name) for f in dataclasses.fields(pair)}
+  fields["name"] = name or pair.name
+  return ThreeLevelStandIn(**fields,
+                           medium=models.early_exit(pair.verifier, 1),
+                           m_params=pair.p_params)
+
+
 def stand_in_examples(n: int, seed: int = 0) -> list[dict]:
   texts = corpus(2 * n, seed)
   return [dict(id=f"ex{i}", inputs=texts[2 * i], targets=texts[2 * i + 1])
@@ -131,6 +158,33 @@ def test_run_config_normalises_and_keys():
     (dict(method="chow", gamma=0), "gamma must be an integer >= 1"),
     (dict(method="chow", top_p=0.0), "top_p must be in \\(0, 1\\]"),
     (dict(method="chow", temperature=-1.0), "temperature must be"),
+    (dict(method="spec_decode", hierarchy=(3, 6), tree="kary:2,3"),
+     r"^a config drafts with a hierarchy OR a tree, got both \(hierarchy="
+     r"\(3, 6\), tree='kary:2,3'\); make two configs$"),
+    (dict(method="bild", hierarchy=(3, 6)),
+     r"^hierarchy=\(3, 6\) needs a speculative top-level method \("
+     r"spec_decode, lossy, a speculative cascade such as token_v3\), got "
+     r"bild$"),
+    (dict(method="bild", tree="kary:2,3"),
+     r"^tree='kary:2,3': bild does not run on draft trees"),
+    (dict(method="spec_decode", hierarchy=(3, 0)),
+     r"^hierarchy buffers must be integers >= 1, got \(3, 0\)$"),
+    (dict(method="spec_decode", hierarchy="3,6"),
+     r"^hierarchy must be a tuple of buffer sizes"),
+    (dict(method="spec_decode", tree="kary:2"),
+     r"^tree spec 'kary:2': write 'kary:K,D' with K, D >= 1, e.g. "
+     r"'kary:2,3'$"),
+    (dict(method="spec_decode", tree="chain:0"),
+     r"^tree spec 'chain:0': write 'chain:N' with N >= 1, e.g. 'chain:5'$"),
+    (dict(method="spec_decode", tree="star:3"),
+     r"^tree spec 'star:3': unknown shape 'star'; write 'kary:K,D'"),
+    (dict(method="spec_decode", tree="kary:2,3/best"),
+     r"^tree spec 'kary:2,3/best': unknown proposal 'best'; choose one of "
+     r"iid, without_replacement, top_k$"),
+    (dict(method="lossy_greedy", tree="kary:2,2/iid"),
+     r"lossy_greedy is greedy, so i.i.d. siblings"),
+    # Malformed even where it would be ignored.
+    (dict(method="target_only", tree="kary"), r"^tree spec 'kary'"),
 ])
 def test_run_config_errors(kwargs, message):
   with pytest.raises(ValueError, match=message):
@@ -154,6 +208,87 @@ def test_grid_product_and_dedup():
   assert count("token_v3") == 12
   assert harness.grid(["spec_decode", "spec_decode"]) == [
       harness.RunConfig("spec_decode")]
+
+
+def test_chain_config_keys_are_unchanged():
+  """Keys and JSON of configs without a hierarchy or tree are those rows
+  were written with before both existed, so a resumed sweep finds them."""
+  assert harness.row_key("t5_docstring", harness.RunConfig("spec_decode"),
+                         "ex0") == (
+      "t5_docstring|spec_decode[]|T=0.0|top_p=1.0|gamma=5|max_new=None|bs=1|"
+      "seed=0|ex0")
+  assert harness.RunConfig(
+      "token_v3", {"alpha": 0.3}, temperature=0.5, top_p=0.9, gamma=3,
+      max_new_tokens=32, batch_size=2, seed=7).key == (
+          "token_v3[alpha=0.3]|T=0.5|top_p=0.9|gamma=3|max_new=32|bs=2|"
+          "seed=7")
+  old = {"method": "chow", "knobs": {"alpha": 0.1}, "temperature": 0.0,
+         "top_p": 1.0, "gamma": 5, "max_new_tokens": None, "batch_size": 1,
+         "seed": 0}  # the 'config' of a row written before
+  cfg = harness.RunConfig.from_json(old)
+  assert cfg.to_json() == old and cfg.draft == "" and cfg.hierarchy == ()
+  assert cfg.key == ("chow[alpha=0.1]|T=0.0|top_p=1.0|gamma=5|max_new=None|"
+                     "bs=1|seed=0")
+
+
+def test_hierarchy_and_tree_configs_keys_labels_and_round_trip():
+  hsd = harness.RunConfig("spec_decode", hierarchy=[3, 6], gamma=7)
+  assert hsd.key == ("spec_decode[]|T=0.0|top_p=1.0|gamma=0|max_new=None|"
+                     "bs=1|seed=0|hierarchy=3,6")
+  # gamma does not apply: stored as 0, so a gamma sweep runs it once.
+  assert hsd == harness.RunConfig("spec_decode", hierarchy=(3, 6), gamma=3)
+  assert hsd.to_json() == {
+      "method": "spec_decode", "knobs": {}, "temperature": 0.0, "top_p": 1.0,
+      "gamma": 0, "max_new_tokens": None, "batch_size": 1, "seed": 0,
+      "hierarchy": [3, 6]}
+  assert harness.RunConfig.from_json(json.loads(json.dumps(
+      hsd.to_json()))) == hsd
+  assert hsd.label == "HSD small>medium>large (3,6)"
+  tree = harness.RunConfig("token_v3", {"alpha": 0.5}, temperature=1.0,
+                           tree=" kary: 2,3 /without_replacement", gamma=3)
+  assert (tree.tree, tree.gamma, tree.draft) == ("kary:2,3", 0,
+                                                 "tree=kary:2,3")
+  assert tree.key == ("token_v3[alpha=0.5]|T=1.0|top_p=1.0|gamma=0|"
+                      "max_new=None|bs=1|seed=0|tree=kary:2,3")
+  assert harness.RunConfig.from_json(json.loads(json.dumps(
+      tree.to_json()))) == tree
+  assert tree.to_json()["tree"] == "kary:2,3" and "hierarchy" not in (
+      tree.to_json())
+  assert tree.label == "SpecCascade [TokenV3] tree 2x3"
+  assert harness.RunConfig("spec_decode", tree="chain:4/top_k").label == (
+      "SpecDecode tree chain 4 top_k")
+  assert harness.RunConfig("token_v3", {"alpha": 0.5},
+                           hierarchy=(2,)).label == (
+                               "HSD small>large (2) [SpecCascade [TokenV3]]")
+  assert drafts.parse_tree("kary:2,3") == decoding.Tree(
+      decoding.Topology.kary(2, 3))
+  assert drafts.parse_tree("chain:4/top_k") == decoding.Tree(
+      decoding.Topology.chain(4), proposal="top_k")
+  # Without a draft block the structure is dropped, like gamma.
+  assert harness.RunConfig("target_only", hierarchy=(3, 6)) == (
+      harness.RunConfig("target_only"))
+  assert harness.RunConfig("seq_cascade", {"alpha": 0.9},
+                           tree="kary:2,3").draft == ""
+
+
+def test_grid_crosses_draft_structures():
+  cfgs = harness.grid(
+      {"target_only": {}, "bild": {}, "spec_decode": {}}, gamma=[3, 5],
+      drafts=[{}, {"hierarchy": (3, 6)}, {"tree": "kary:2,3"}])
+  tail = "|max_new=None|bs=1|seed=0"
+  # target-only once; BiLD only on the chain (no trees, not speculative);
+  # SpecDecode on both chains, the hierarchy and the tree (gamma dropped).
+  assert [c.key for c in cfgs] == [
+      f"target_only[]|T=0.0|top_p=1.0|gamma=0{tail}",
+      f"bild[]|T=0.0|top_p=1.0|gamma=3{tail}",
+      f"bild[]|T=0.0|top_p=1.0|gamma=5{tail}",
+      f"spec_decode[]|T=0.0|top_p=1.0|gamma=3{tail}",
+      f"spec_decode[]|T=0.0|top_p=1.0|gamma=5{tail}",
+      f"spec_decode[]|T=0.0|top_p=1.0|gamma=0{tail}|hierarchy=3,6",
+      f"spec_decode[]|T=0.0|top_p=1.0|gamma=0{tail}|tree=kary:2,3"]
+  with pytest.raises(ValueError, match="each draft structure is a dict "
+                     "with 'hierarchy' and/or 'tree'"):
+    harness.grid(["spec_decode"], drafts=[{"hsd": (3, 6)}])
 
 
 def test_request_id_is_stable():
@@ -279,6 +414,77 @@ def test_decoder_only_prompts_share_one_width(tmp_path):
     assert row["tokens"] == res.sequences()[0]
     assert (row["accepted"], row["drafted"]) == (int(res.accepted[0]),
                                                  int(res.drafted[0]))
+
+
+HSD = harness.RunConfig("spec_decode", hierarchy=(3, 6))
+TREE = harness.RunConfig("spec_decode", tree="kary:2,3")
+
+
+def test_hierarchy_and_tree_rows_are_lossless(t5_pair, tmp_path):
+  """Greedy HSD over small > medium > large and SpecDecode on a 2x3 tree
+  give target-only's tokens; rows equal direct decode calls."""
+  pair = three_levels(t5_pair)
+  examples = stand_in_examples(3)
+  path = str(tmp_path / "r.jsonl")
+  stats = harness.run(pair, [harness.RunConfig("target_only"), HSD, TREE],
+                      examples, path, progress=False)
+  assert (stats.written, stats.warmups) == (9, 3)
+  rows = {(r["config_key"], r["example_id"]): r
+          for r in harness.load_rows(path)}
+  base = harness.RunConfig("target_only").key
+  enc, width = harness.encode_examples(pair, examples)
+  for i, ex in enumerate(examples):
+    target = rows[(base, ex["id"])]["tokens"]
+    hsd, tree = rows[(HSD.key, ex["id"])], rows[(TREE.key, ex["id"])]
+    assert hsd["tokens"] == target and tree["tokens"] == target
+    assert len(target) == pair.max_new_tokens  # no early EOS: 12 tokens
+    rid = [harness.request_id(ex["id"])]
+    res = generate_hierarchy(pair.levels(), [3, 6], inputs=[enc[i]["inputs"]],
+                             max_new_tokens=pair.max_new_tokens,
+                             request_ids=rid, pad_to=width)
+    # Per-level counters, cheapest first; the verifier is the top level.
+    assert hsd["level_calls"] == res.calls[0].tolist()
+    assert len(hsd["level_calls"]) == 3
+    assert hsd["level_drafted"] == res.level_drafted[0].tolist()
+    assert hsd["level_accepted"] == res.level_accepted[0].tolist()
+    assert hsd["verifier_calls"] == hsd["level_calls"][2]
+    assert hsd["drafter_calls"] == sum(hsd["level_calls"][:2])
+    assert (hsd["drafted"], hsd["accepted"]) == (hsd["level_drafted"][2],
+                                                 hsd["level_accepted"][2])
+    res = decoding.generate(
+        TREE.make_method(), pair.drafter, pair.verifier, pair.q_params,
+        pair.p_params, inputs=[enc[i]["inputs"]], pad_to=width,
+        tree=decoding.Tree(decoding.Topology.kary(2, 3)),
+        max_new_tokens=pair.max_new_tokens, request_ids=rid)
+    assert tree["tokens"] == res.sequences()[0]
+    assert (tree["drafted"], tree["accepted"], tree["verifier_calls"]) == (
+        int(res.drafted[0]), int(res.accepted[0]), int(res.verifier_calls[0]))
+    assert tree["drafted"] == 14 * tree["verifier_calls"]  # 14 nodes a block
+    assert "level_calls" not in tree
+
+
+def test_hierarchy_needs_one_level_more_than_buffers(t5_pair, tmp_path):
+  path = tmp_path / "r.jsonl"
+  with pytest.raises(ValueError) as err:
+    harness.run(t5_pair, [harness.RunConfig("target_only"), HSD],
+                stand_in_examples(2), str(path), progress=False)
+  assert str(err.value) == (
+      "config spec_decode[]|T=0.0|top_p=1.0|gamma=0|max_new=None|bs=1|seed=0"
+      "|hierarchy=3,6 cannot run: hierarchy=(3, 6) needs 3 levels (small>"
+      "medium>large) but pair 'tiny_t5' has 2 (no medium model: build the "
+      "assets with one, see docs/default_models.md); give 1 buffer size(s) "
+      "or use a pair with 3 levels")
+  assert not path.exists()  # refused before anything ran
+  # A pair without levels() offers its drafter and verifier.
+  (q, qp), (p, pp) = drafts.pair_levels(t5_pair)
+  assert (q, qp, p, pp) == (t5_pair.drafter, t5_pair.q_params,
+                            t5_pair.verifier, t5_pair.p_params)
+  assert drafts.unsupported(t5_pair, (3,)) is None
+  three = three_levels(t5_pair)
+  assert drafts.unsupported(three, (3, 6)) is None
+  assert drafts.unsupported(three, (3,)) == (
+      "hierarchy=(3,) needs 2 levels (small>large) but pair 'tiny_t5' has 3;"
+      " give 2 buffer size(s) or use a pair with 2 levels")
 
 
 # ---------------------------------------------------------------- the file

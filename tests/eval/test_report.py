@@ -217,6 +217,48 @@ def test_plot_labels_gamma_when_swept(tmp_path):
   assert drawn["SpecCascade [TokenV3] (gamma=5)"][0] == [0.3, 0.5, 0.7]
 
 
+def draft_aggregates():
+  """hand_made_aggregates plus SpecDecode on a hierarchy and on a tree."""
+  def agg(cfg, rel, score):
+    return report.Aggregate(
+        pair="p", config=cfg, num_examples=10, quality={"bleu": score},
+        metric="bleu", mean_latency_s=rel * 0.2, relative_latency=rel,
+        tokens_per_s=1.0, mean_tokens=20.0, acceptance_rate=None,
+        deferral_rate=None, block_efficiency=None)
+  return hand_made_aggregates() + [
+      agg(harness.RunConfig("spec_decode", hierarchy=(3, 6)), 0.5, 20.0),
+      agg(harness.RunConfig("spec_decode", tree="kary:2,3"), 0.8, 20.0)]
+
+
+def test_hierarchy_and_tree_are_curves_of_their_own(tmp_path):
+  aggs = draft_aggregates()
+  (by_curve,) = report.curves(aggs).values()
+  assert [k for k in by_curve if k[0] == "spec_decode"] == [
+      ("spec_decode", 5, ""), ("spec_decode", 0, "hierarchy=3,6"),
+      ("spec_decode", 0, "tree=kary:2,3")]
+  summ = {(s.method, s.draft): s for s in report.summarize(aggs)}
+  hsd = summ[("spec_decode", "hierarchy=3,6")]
+  assert hsd.label == "HSD small>medium>large (3,6)" and hsd.gamma == 0
+  assert hsd.speedup_matched == pytest.approx(2.0)  # lossless: 1 / 0.5
+  tree = summ[("spec_decode", "tree=kary:2,3")]
+  assert tree.label == "SpecDecode tree 2x3"
+  assert tree.speedup_matched == pytest.approx(1.25)
+  assert tree.to_json()["draft"] == "tree=kary:2,3"
+  assert summ[("spec_decode", "")].speedup_matched == pytest.approx(1 / 0.6)
+  table = report.summary_table(report.summarize(aggs))
+  assert "| HSD small>medium>large (3,6) | - | 1 | 2.00x | 2.00x | - | " \
+         "20.00 | 0.50 | - |" in table
+  assert "| SpecDecode tree 2x3 | - | 1 | 1.25x |" in table
+  assert "| spec_decode | 5 | 1 |" in table
+  results = report.results_table(aggs)
+  assert "| SpecDecode tree 2x3 | - | - | 20.00 | 0.80 |" in results
+  drawn = plots.plot_quality_vs_latency(aggs, str(tmp_path / "d.png"))
+  assert drawn["HSD small>medium>large (3,6)"] == ([0.5], [20.0])
+  assert drawn["SpecDecode tree 2x3"] == ([0.8], [20.0])
+  assert drawn["SpecDecode"] == ([0.6], [20.0])  # one chain gamma: no tag
+  assert len(drawn) == 8
+
+
 def test_plot_refuses_mixed_settings(tmp_path):
   aggs = hand_made_aggregates()
   other = report.Aggregate(

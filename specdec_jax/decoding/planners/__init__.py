@@ -4,16 +4,22 @@
                     hardware-aware choice of (nodes, depth)
     calibration.py  per-rank acceptance by replaying recorded (q, p) pairs,
                     measured drafter / verifier block costs on this machine
+    hierarchy_calibration.py
+                    inputs of the hierarchy planner: pairwise alpha from one
+                    teacher-forced pass, per-call costs by block width
 """
 
 from specdec_jax.decoding.planners.calibration import (Costs, calibrate,
                                                      measure_costs,
                                                      rank_acceptance)
+from specdec_jax.decoding.planners.hierarchy_calibration import (
+    CallCosts, measure_call_costs, pairwise_alpha)
 from specdec_jax.decoding.planners.tree_shape import (Plan, best_tree,
                                                       expected_accepted,
                                                       plan_tree, rank_probs,
                                                       tree_gin)
 
-__all__ = ["Costs", "Plan", "best_tree", "calibrate", "expected_accepted",
-           "measure_costs", "plan_tree", "rank_acceptance", "rank_probs",
+__all__ = ["CallCosts", "Costs", "Plan", "best_tree", "calibrate",
+           "expected_accepted", "measure_call_costs", "measure_costs",
+           "pairwise_alpha", "plan_tree", "rank_acceptance", "rank_probs",
            "tree_gin"]
