@@ -22,6 +22,10 @@ mkdir -p "$OUT"
 # shellcheck disable=SC2054  # the commas are inside flag values
 FLAGS=(--num_prompts=8 --new_tokens=32 --repeats=5 --gammas=1,3,5,8
        --temperatures=0,1 --batches=1,8 --cascade_alpha=0.3)
+# BENCH_DECODE_FLAGS (space-separated) replaces the flags above.
+if [ -n "${BENCH_DECODE_FLAGS:-}" ]; then
+  read -r -a FLAGS <<< "$BENCH_DECODE_FLAGS"
+fi
 for pair in $PAIRS; do
   name=${pair//-/_}
   for side in before after; do
@@ -37,7 +41,7 @@ done
   echo
   echo "Before: \`$(git -C "$BEFORE" log --oneline -1)\`; after:" \
        "\`$(git -C "$AFTER" log --oneline -1)\`."
-  echo "Command: \`bash scripts/bench_before_after.sh $BEFORE $AFTER $OUT\`"
+  echo "Command: \`BENCH_DECODE_FLAGS='${FLAGS[*]}' bash scripts/bench_before_after.sh $BEFORE $AFTER $OUT '$PAIRS'\`"
   echo "(each pair: the before run, then the after run; bench_decode flags:"
   echo "\`${FLAGS[*]}\`)."
   echo

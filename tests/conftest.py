@@ -1,9 +1,22 @@
 """Shared pytest setup: CPU only, float32 matmuls at full precision."""
 
 import os
+import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# One persistent compilation cache for the whole run, shared by the xdist
+# workers and the subprocesses the tests start (sharding checks, CLIs): a
+# program compiled by one module or worker is loaded, not compiled, by the
+# next (the module fixture below drops in-memory programs). Keys include the
+# JAX version and the program, so an old cache is harmless. Set
+# SPECDEC_TEST_XLA_CACHE= (empty) to turn it off.
+_CACHE = os.environ.get(
+    "SPECDEC_TEST_XLA_CACHE",
+    os.path.join(tempfile.gettempdir(), f"specdec_jax_test_xla_cache_{os.getuid()}"))
+if _CACHE:
+  os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _CACHE)
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.3")
 
 import jax  # noqa: E402  pylint: disable=g-import-not-at-top
 

@@ -38,7 +38,7 @@ def test_1x8_8x1_meshes_and_t5():
 
 @pytest.mark.slow
 def test_tree_decoding_on_meshes_equals_one_device():
-  """Tree verification with data and model axes (2x4, 8x1, 1x8), greedy and
+  """Tree verification with data and model axes (2x4 for Gemma, 1x8 for T5), greedy and
   sampled rows, bit for bit equal to the single-device run."""
   assert _run_checks("trees") == []
 

@@ -19,6 +19,15 @@ def all_pairs():
   return golden.pairs()
 
 
+# The tiny Gemma pair replays all 21 methods; the tiny T5 pair and the trained
+# default pairs replay one method per loop kind and rule family (what can
+# differ between families once the model steps are the same), which keeps the
+# suite within its time budget.
+_ONE_PER_LOOP_AND_RULE_FAMILY = ("target_only", "spec_decode", "lossy_greedy",
+                                 "opt", "token_v3", "bild", "oracle_opt",
+                                 "seq_cascade")
+
+
 def _pair_names():
   return sorted({k.split("/")[0] for k in _RECORD["cases"]})
 
@@ -30,7 +39,9 @@ def test_every_method_matches_the_golden_record(all_pairs, pair_name):
     pytest.skip(f"{pair_name}: the shipped default pair was retrained; its "
                 f"record is kept for the pair it was made with")
   mismatches = []
-  for method in golden.METHOD_NAMES:
+  methods = (golden.METHOD_NAMES if pair_name == "tiny_gemma"
+             else _ONE_PER_LOOP_AND_RULE_FAMILY)
+  for method in methods:
     want = _RECORD["cases"][f"{pair_name}/{method}"]
     got = golden.run_case(method, all_pairs[pair_name])
     if got != want:
