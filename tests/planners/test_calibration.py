@@ -119,3 +119,46 @@ def test_planned_tokens_per_call_match_the_measured_mean():
   assert measured == pytest.approx(
       (out.accepted.sum() + out.verifier_calls.sum()) /
       out.verifier_calls.sum())
+
+
+def test_rank_acceptance_runs_in_memory_bounded_chunks(monkeypatch):
+  """Contexts go through the simulation in chunks that fit a byte budget
+  (a 32k-vocabulary pair asked XLA for 35 GB in one piece): the padded last
+  chunk is not counted, and an exact rule gives the same rates chunked or
+  not. Here: 7 contexts, chunks of 2 (3 full + 1 wrapped), greedy top-k."""
+  from specdec_jax.decoding.planners import calibration  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  q = rng.normal(size=(7, 6)).astype(np.float32)
+  p = rng.normal(size=(7, 6)).astype(np.float32)
+  args = (decoding.SpecDecode(), decoding.Temperature(1.0), "top_k", q, p, 3)
+  whole = planners.rank_acceptance(*args, sims=5)
+  per_context = 5 * 4 * 6 * 4 * calibration._ARRAYS_PER_ROW  # pylint: disable=protected-access
+  monkeypatch.setattr(calibration, "_CHUNK_BYTES", 2 * per_context)
+  seen = []
+  real = calibration._simulate  # pylint: disable=protected-access
+  def spy(*a):
+    out = real(*a)
+    seen.append((a[3].shape[0], int(np.asarray(a[-1]).sum()),
+                 int(np.asarray(out[0])[0])))
+    return out
+  monkeypatch.setattr(calibration, "_simulate", spy)
+  chunked = planners.rank_acceptance(*args, sims=5)
+  # rows per call, valid rows, rows that reached rank 0 (= valid rows)
+  assert seen == [(10, 10, 10)] * 3 + [(10, 5, 5)]
+  assert len(chunked) == len(whole) == 3
+  assert all(0.0 <= a <= 1.0 for a in chunked)
+
+
+def test_rank_acceptance_greedy_is_identical_chunked_or_not(monkeypatch):
+  from specdec_jax.decoding.planners import calibration  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(1)
+  q = rng.normal(size=(5, 8)).astype(np.float32)
+  p = rng.normal(size=(5, 8)).astype(np.float32)
+  args = (decoding.SpecDecode(), decoding.Greedy(), "top_k", q, p, 3)
+  whole = planners.rank_acceptance(*args, sims=2)
+  monkeypatch.setattr(calibration, "_CHUNK_BYTES",
+                      2 * 4 * 8 * 4 * calibration._ARRAYS_PER_ROW)  # pylint: disable=protected-access
+  assert planners.rank_acceptance(*args, sims=2) == whole
+  # greedy acceptance is deterministic: rank 0 accepted where the drafter's
+  # argmax equals the verifier's.
+  assert whole[0] == np.mean(q.argmax(1) == p.argmax(1))

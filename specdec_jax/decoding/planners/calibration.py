@@ -50,24 +50,47 @@ def rank_acceptance(target, strategy, kind: str, q_logits, p_logits,
     (a_0, .., a_{K-1}): a_j = P(child j accepted | children < j rejected)
     (0 where no simulation reached rank j).
   """
-  q_logits = jnp.repeat(jnp.asarray(q_logits, jnp.float32), sims, axis=0)
-  p_logits = jnp.repeat(jnp.asarray(p_logits, jnp.float32), sims, axis=0)
-  counts = _simulate(target, strategy, kind, q_logits, p_logits, children,
-                     jax.random.key(seed))
-  reached, accepted = np.asarray(counts[0]), np.asarray(counts[1])
+  q_logits = np.asarray(q_logits, np.float32)
+  p_logits = np.asarray(p_logits, np.float32)
+  m, v = q_logits.shape
+  # The simulation holds ~_ARRAYS_PER_ROW [rows, children + 1, V] float32
+  # arrays: contexts go through it in chunks that fit _CHUNK_BYTES (a 256k
+  # vocabulary with 256 contexts x 64 sims would otherwise ask for >1 TB).
+  per_context = sims * (children + 1) * v * 4 * _ARRAYS_PER_ROW
+  chunk = max(1, min(m, _CHUNK_BYTES // per_context))
+  reached = np.zeros(children, np.int64)
+  accepted = np.zeros(children, np.int64)
+  for i, start in enumerate(range(0, m, chunk)):
+    n = min(chunk, m - start)
+    idx = np.arange(start, start + chunk) % m  # the last chunk wraps ...
+    valid = np.repeat(np.arange(chunk) < n, sims)  # ... and is masked
+    key = jax.random.key(seed)
+    if i:
+      key = jax.random.fold_in(key, i)
+    counts = _simulate(target, strategy, kind,
+                       jnp.repeat(jnp.asarray(q_logits[idx]), sims, axis=0),
+                       jnp.repeat(jnp.asarray(p_logits[idx]), sims, axis=0),
+                       children, key, jnp.asarray(valid))
+    reached += np.asarray(counts[0])
+    accepted += np.asarray(counts[1])
   return tuple(float(a / r) if r else 0.0 for a, r in zip(accepted, reached))
 
 
-def _simulate(target, strategy, kind, q_logits, p_logits, k, key):
+_CHUNK_BYTES = 1 << 30
+_ARRAYS_PER_ROW = 8
+
+
+def _simulate(target, strategy, kind, q_logits, p_logits, k, key, valid):
   static, knobs = split(target)
   s_static, s_knobs = split(sampling_lib.canonical(strategy))
   return _simulate_jit(static, s_static, kind, k, knobs, s_knobs, q_logits,
-                       p_logits, key)
+                       p_logits, key, valid)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
 def _simulate_jit(static, s_static, kind, k, knobs, s_knobs, q_logits,
-                  p_logits, key):
+                  p_logits, key, valid):
+  """Counts (reached [k], accepted [k]) over the rows where ``valid`` [b]."""
   b, v = q_logits.shape
   target, strategy = static.bind(knobs), s_static.bind(s_knobs)
   topo = Topology.from_widths([[k]])
@@ -91,8 +114,9 @@ def _simulate_jit(static, s_static, kind, k, knobs, s_knobs, q_logits,
       lambda n: jax.random.split(k_bonus, b))
   rank = jnp.where(out.accepted > 0, out.path[:, 1] - 1, k)  # k: none
   iota = jnp.arange(k)[None, :]
-  reached = jnp.sum(rank[:, None] >= iota, axis=0)
-  accepted = jnp.sum(rank[:, None] == iota, axis=0)
+  ok = valid[:, None]
+  reached = jnp.sum((rank[:, None] >= iota) & ok, axis=0)
+  accepted = jnp.sum((rank[:, None] == iota) & ok, axis=0)
   return reached, accepted
 
 
