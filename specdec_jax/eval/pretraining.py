@@ -43,6 +43,10 @@ MIN_FILE_BYTES = 256
 MAX_FILE_BYTES = 256 * 1024
 DEFAULT_MAX_BYTES = 32 * 2**20
 SKIP_SITE_DIRS = frozenset({"__pycache__"})
+# This project's own distribution (its METADATA is our README, which changes
+# with every release; editable installs add finder files): never training
+# text, or the models would depend on the checkout's documentation.
+SKIP_SITE_PREFIXES = ("specdec_jax", "__editable__")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,7 +105,10 @@ def list_site_files(root: str) -> list[str]:
                      f"an existing one (or none for stdlib-only pretraining)")
   out = []
   for d, dirs, names in os.walk(root):
-    dirs[:] = sorted(x for x in dirs if x not in SKIP_SITE_DIRS)
+    dirs[:] = sorted(x for x in dirs if x not in SKIP_SITE_DIRS and not (
+        d == root and x.startswith(SKIP_SITE_PREFIXES)))
+    if d == root:
+      names = [x for x in names if not x.startswith(SKIP_SITE_PREFIXES)]
     in_dist_info = d.endswith(".dist-info")
     for name in names:
       if name.endswith(SITE_EXTENSIONS) or (in_dist_info and

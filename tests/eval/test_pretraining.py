@@ -1,0 +1,72 @@
+"""Pretraining-text selection on a synthetic stdlib and site-packages."""
+
+import os
+
+import pytest
+
+from specdec_jax.eval import corpus
+from specdec_jax.eval import pretraining
+from tests.eval.test_corpus import MOD, stdlib, write  # pylint: disable=unused-import
+
+DOC = "Some documentation text.\n" * 20  # 500 bytes: above MIN_FILE_BYTES
+
+
+@pytest.fixture()
+def site(tmp_path):
+  root = str(tmp_path / "site-packages")
+  write(root, "pkg_a/core.py", "def g():\n    return 1\n" * 20)
+  write(root, "pkg_a/README.md", DOC)
+  write(root, "pkg_a-1.0.dist-info/METADATA", "Name: pkg_a\n" + DOC)
+  write(root, "pkg_a-1.0.dist-info/RECORD", DOC)  # not a text we take
+  write(root, "pkg_a/__pycache__/core.md", DOC)
+  write(root, "pkg_a/tiny.txt", "x")  # below MIN_FILE_BYTES
+  # This project's own distribution: its METADATA is our README.
+  write(root, "specdec_jax-0.1.0.dist-info/METADATA", "Name: specdec_jax\n"
+        + DOC)
+  write(root, "__editable___specdec_jax_0_1_0_finder.py", "x = 1\n" * 100)
+  write(root, "specdec_jax/decoding.py", "y = 2\n" * 100)
+  return root
+
+
+def test_site_files_skip_caches_and_this_project(site):
+  assert pretraining.list_site_files(site) == [
+      "pkg_a-1.0.dist-info/METADATA", "pkg_a/README.md", "pkg_a/core.py",
+      "pkg_a/tiny.txt"]
+
+
+def test_build_is_deterministic_and_independent_of_this_project(
+    stdlib, site):
+  c = corpus.build(stdlib)
+  pre = pretraining.build(c, site)
+  paths = pre.file_list()
+  assert [p for p in paths if p.startswith("site-packages:")] == sorted(
+      (f"site-packages:{p}" for p in ("pkg_a-1.0.dist-info/METADATA",
+                                       "pkg_a/README.md", "pkg_a/core.py")),
+      key=lambda p: pretraining._order_key(*p.split(":")))  # pylint: disable=protected-access
+  assert pre.stats["skip_size"] == 1  # tiny.txt
+  # Stdlib training-split files come first, held-out ones never.
+  stdlib_paths = [p.split(":", 1)[1] for p in paths
+                  if p.startswith("stdlib:")]
+  assert stdlib_paths == [p for p in c.files  # the empty __init__: skipped
+                          if corpus.split_of(p) == "train"
+                          and p != "pkg/__init__.py"]
+  assert len(stdlib_paths) >= 2
+  # Rewriting this project's README (its METADATA) changes nothing.
+  write(site, "specdec_jax-0.1.0.dist-info/METADATA", "new README\n" + DOC)
+  again = pretraining.build(c, site)
+  assert again.files_hash == pre.files_hash
+  assert [d.text for d in again.documents] == [d.text for d in pre.documents]
+  # ... while another package's text does.
+  write(site, "pkg_a/README.md", "changed\n" + DOC)
+  assert pretraining.build(c, site).files_hash != pre.files_hash
+
+
+def test_max_bytes_stops_selection(stdlib, site):
+  c = corpus.build(stdlib)
+  pre = pretraining.build(c, site, max_bytes=1)
+  assert len(pre.documents) == 1
+
+
+def test_missing_site_packages_is_a_clear_error(tmp_path):
+  with pytest.raises(ValueError, match="does not exist"):
+    pretraining.list_site_files(os.path.join(str(tmp_path), "nope"))
