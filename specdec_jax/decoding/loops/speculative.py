@@ -19,8 +19,8 @@ from flax import struct
 from specdec_jax.decoding.loops import state as state_lib
 from specdec_jax.decoding.loops.drafting import FallbackStop, draft_chain
 from specdec_jax.decoding.loops.program import LoopProgram
-from specdec_jax.decoding.loops.state import (Batch, Level, LoopConfig,
-                                              Stream, all_finite)
+from specdec_jax.decoding.loops.state import (
+    Batch, BlockTrace, Level, LoopConfig, Stream, all_finite)
 from specdec_jax.decoding.rules import keys as keys_lib
 from specdec_jax.decoding.rules import sampling
 from specdec_jax.decoding.verify.chain import verify_block
@@ -46,7 +46,7 @@ class SpecState:
     levels: (drafter, verifier) levels: caches and counters.
     catchup: [B] int32 last accepted draft the drafter has not cached.
     catchup_valid: [B] bool whether ``catchup`` must be fed first.
-    trace: optional ChainTrace (``LoopConfig.trace``), else None.
+    trace: optional BlockTrace (``LoopConfig.trace``), else None.
   """
 
   stream: Stream
@@ -54,41 +54,6 @@ class SpecState:
   catchup: jax.Array
   catchup_valid: jax.Array
   trace: object = None
-
-
-@struct.dataclass
-class ChainTrace:
-  """Per-block record of a speculative decode (``return_trace=True``).
-
-  Attributes:
-    drafts: [B, blocks, gamma] int32 drafted tokens of each block.
-    accept: [B, blocks, gamma] bool the accept test of each draft (drafts
-      after the first rejection were tested but not used).
-    accepted: [B, blocks] int32 leading drafts accepted (-1: no block).
-    token: [B, blocks] int32 the token emitted after the accepted drafts
-      (the residual or bonus draw).
-  """
-
-  drafts: jax.Array
-  accept: jax.Array
-  accepted: jax.Array
-  token: jax.Array
-
-  @classmethod
-  def start(cls, batch: int, blocks: int, gamma: int) -> "ChainTrace":
-    return cls(drafts=jnp.zeros((batch, blocks, gamma), jnp.int32),
-               accept=jnp.zeros((batch, blocks, gamma), bool),
-               accepted=jnp.full((batch, blocks), -1, jnp.int32),
-               token=jnp.zeros((batch, blocks), jnp.int32))
-
-  def record(self, step, active, drafts, accept, accepted, token):
-    put = lambda buf, x: buf.at[:, step].set(
-        jnp.where(active.reshape((-1,) + (1,) * (x.ndim - 1)), x,
-                  buf[:, step]))
-    return ChainTrace(drafts=put(self.drafts, drafts),
-                      accept=put(self.accept, accept),
-                      accepted=put(self.accepted, accepted),
-                      token=put(self.token, token))
 
 
 def _body(models, params, batch: Batch, cfg: LoopConfig, rule: SpecRule,
@@ -168,7 +133,7 @@ def program(models: tuple, cfg: LoopConfig, rule: SpecRule) -> LoopProgram:
     q_cache, pending = state_lib.start_cache(models[0], params[0], batch, cap)
     p_cache, _ = state_lib.start_cache(models[1], params[1], batch, cap)
     zeros = jnp.zeros((b,), jnp.int32)
-    trace = (ChainTrace.start(b, cfg.max_new, cfg.gamma) if cfg.trace
+    trace = (BlockTrace.start(b, cfg.max_new, cfg.gamma) if cfg.trace
              else None)
     return SpecState(
         stream=Stream.start(pending, batch.req, cfg.max_new + cfg.gamma + 1,

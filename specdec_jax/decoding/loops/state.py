@@ -226,6 +226,45 @@ class Stream:
         done=self.done | finished | ~finite, finite=finite,
         deferrals=deferrals), n
 
+@struct.dataclass
+class BlockTrace:
+  """Per-block record of a speculative decode (``return_trace=True``).
+
+  One class for chains and trees (a chain is a one-branch tree): ``N`` is
+  the block's draft width, gamma for a chain, the node count for a tree.
+
+  Attributes:
+    drafts: [B, blocks, N] int32 drafted tokens (chain order / node order).
+    accept: [B, blocks, N] bool the accept test of each draft (chain: drafts
+      after the first rejection were tested but not used; tree: False for
+      untested nodes).
+    accepted: [B, blocks] int32 drafts accepted (-1: no block).
+    token: [B, blocks] int32 the token emitted after them (the residual or
+      bonus draw).
+  """
+
+  drafts: jax.Array
+  accept: jax.Array
+  accepted: jax.Array
+  token: jax.Array
+
+  @classmethod
+  def start(cls, batch: int, blocks: int, n: int) -> "BlockTrace":
+    return cls(drafts=jnp.zeros((batch, blocks, n), jnp.int32),
+               accept=jnp.zeros((batch, blocks, n), bool),
+               accepted=jnp.full((batch, blocks), -1, jnp.int32),
+               token=jnp.zeros((batch, blocks), jnp.int32))
+
+  def record(self, step, active, drafts, accept, accepted, token):
+    """Writes block ``step`` of the active rows ([B] bool)."""
+    put = lambda buf, x: buf.at[:, step].set(
+        jnp.where(active.reshape((-1,) + (1,) * (x.ndim - 1)), x,
+                  buf[:, step]))
+    return BlockTrace(drafts=put(self.drafts, drafts),
+                      accept=put(self.accept, accept),
+                      accepted=put(self.accepted, accepted),
+                      token=put(self.token, token))
+
 
 @struct.dataclass
 class LoopOutput:

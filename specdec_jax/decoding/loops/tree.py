@@ -28,8 +28,8 @@ from flax import struct
 
 from specdec_jax.decoding.loops import state as state_lib
 from specdec_jax.decoding.loops.program import LoopProgram
-from specdec_jax.decoding.loops.state import (Batch, Level, LoopConfig,
-                                              Stream, all_finite)
+from specdec_jax.decoding.loops.state import (
+    Batch, BlockTrace, Level, LoopConfig, Stream, all_finite)
 from specdec_jax.decoding.loops.tree_drafting import draft_tree
 from specdec_jax.decoding.rules import keys as keys_lib
 from specdec_jax.decoding.rules import sampling
@@ -56,39 +56,6 @@ class TreeConfig(LoopConfig):
 
 
 @struct.dataclass
-class TreeTrace:
-  """Per-block record of a tree decode (``return_trace=True``).
-
-  Attributes:
-    drafts: [B, blocks, N] int32 drafted node tokens.
-    accept: [B, blocks, N] bool accept test of each node (False: untested).
-    accepted: [B, blocks] int32 nodes accepted (-1: no block).
-    token: [B, blocks] int32 the token emitted after them.
-  """
-
-  drafts: jax.Array
-  accept: jax.Array
-  accepted: jax.Array
-  token: jax.Array
-
-  @classmethod
-  def start(cls, batch: int, blocks: int, n: int) -> "TreeTrace":
-    return cls(drafts=jnp.zeros((batch, blocks, n), jnp.int32),
-               accept=jnp.zeros((batch, blocks, n), bool),
-               accepted=jnp.full((batch, blocks), -1, jnp.int32),
-               token=jnp.zeros((batch, blocks), jnp.int32))
-
-  def record(self, step, active, drafts, accept, accepted, token):
-    put = lambda buf, x: buf.at[:, step].set(
-        jnp.where(active.reshape((-1,) + (1,) * (x.ndim - 1)), x,
-                  buf[:, step]))
-    return TreeTrace(drafts=put(self.drafts, drafts),
-                     accept=put(self.accept, accept),
-                     accepted=put(self.accepted, accepted),
-                     token=put(self.token, token))
-
-
-@struct.dataclass
 class TreeState:
   """Loop state of tree speculative decoding.
 
@@ -97,7 +64,7 @@ class TreeState:
     levels: (drafter, verifier) levels.
     catchup: [B] int32 accepted depth-D node the drafter never fed.
     catchup_valid: [B] bool whether it must be fed first.
-    trace: optional TreeTrace.
+    trace: optional BlockTrace.
   """
 
   stream: Stream
@@ -249,7 +216,7 @@ def program(models: tuple, cfg: TreeConfig, rule) -> LoopProgram:
     cap = state_lib.capacity(width, cfg, chunk=1)  # + a catch-up token
     q_cache, pending = state_lib.start_cache(models[0], params[0], batch, cap)
     p_cache, _ = state_lib.start_cache(models[1], params[1], batch, cap)
-    trace = (TreeTrace.start(b, cfg.max_new, shape[0]) if cfg.trace
+    trace = (BlockTrace.start(b, cfg.max_new, shape[0]) if cfg.trace
              else None)
     return TreeState(
         stream=Stream.start(pending, batch.req, cfg.max_new + shape[1] + 1,
