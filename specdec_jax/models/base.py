@@ -191,11 +191,12 @@ class FlaxDecodeModel(abc.ABC):
       mask: optional [B, K, K] bool in-block mask (``mask[b, i, j]``: token
         i may attend to token j); default causal. The cached prefix is
         always visible (see ``models/masks.py`` and ``interface.py``).
-      logits_at: optional [B] int32 block index: only that position's
-        logits are projected.
+      logits_at: optional [B] int32 block index (only that position's
+        logits are projected) or [B, P] int32 indices (P positions).
 
     Returns:
-      (logits [B, K, V] float32, or [B, 1, V] with ``logits_at``; cache).
+      (logits [B, K, V] float32, or [B, 1, V] / [B, P, V] with
+      ``logits_at``; cache).
     """
     check_tokens(tokens, self.config.vocab_size)
     masks_lib.check_step_args(tokens, positions, mask, logits_at)

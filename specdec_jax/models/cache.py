@@ -231,15 +231,18 @@ def check_capacity(lengths, block: int, max_length: int) -> None:
 
 
 def select_positions(x: jax.Array, at: jax.Array | None) -> jax.Array:
-  """Keeps one position per row before the output projection.
+  """Keeps the positions to project before the output projection.
 
   Args:
     x: [B, K, D] hidden states of a block.
-    at: None (keep all) or [B] int32 index into the block.
+    at: None (keep all), [B] int32 index into the block (one position per
+      row), or [B, P] int32 indices (P positions per row, any order,
+      repeats allowed).
 
   Returns:
-    [B, K, D] or [B, 1, D].
+    [B, K, D], [B, 1, D] or [B, P, D].
   """
   if at is None:
     return x
-  return jnp.take_along_axis(x, at[:, None, None], axis=1)
+  at = at[:, None] if at.ndim == 1 else at
+  return jnp.take_along_axis(x, at[:, :, None], axis=1)

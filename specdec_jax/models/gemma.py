@@ -222,7 +222,7 @@ class GemmaModule(nn.Module):
       cache: KVCache of the run layers.
       positions: [B, K] int32 or None (``lengths + arange(K)``).
       mask: [B, K, K] bool in-block mask or None (causal).
-      logits_at: [B] int32 or None.
+      logits_at: [B] or [B, P] int32, or None.
     """
     k = tokens.shape[1]
     q_pos, _, masks = masks_lib.step_masks(

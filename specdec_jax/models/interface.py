@@ -22,7 +22,10 @@ Methods (shapes: B rows, N tokens per block, T cache slots, V vocabulary):
     step(params, tokens [B, N] int32, cache, *, positions=None, mask=None,
          logits_at=None) -> (logits, cache)
         logits: [B, N, V] float32, or [B, 1, V] when ``logits_at`` [B] int32
-        is given (only block position ``logits_at[b]`` is projected).
+        is given (only block position ``logits_at[b]`` is projected), or
+        [B, P, V] when ``logits_at`` is [B, P] int32 (positions
+        ``logits_at[b, :]``, in that order; the tree drafter asks for the
+        nodes of one tree level). ``cache.select_positions`` does both.
 
 What ``step`` must do:
 
@@ -58,6 +61,8 @@ What the decode loops feed:
 * Decode: blocks of 1 (drafter) or gamma + 1 (verifier) tokens per row.
 * Catch-up blocks (a model that fell behind) use ``logits_at`` to project
   only the last real token of a right-padded block.
+* Tree drafting feeds the tree's levels under the ancestor mask and asks,
+  with ``logits_at`` [B, P], only for the logits of the newest level's nodes.
 * Rollback after a rejection: ``cache.with_lengths(new_lengths)``; tree
   acceptance: ``cache.commit(start, path, count)``. Models only need to
   keep ``KVCache`` semantics (lengths + per-layer K/V buffers).
@@ -117,7 +122,7 @@ class DecodeModel(Protocol):
   def step(self, params: Any, tokens: jax.Array, cache: KVCache, *,
            positions: jax.Array | None = None, mask: jax.Array | None = None,
            logits_at: jax.Array | None = None) -> tuple[jax.Array, KVCache]:
-    """tokens [B, N] -> (logits [B, N or 1, V] float32, advanced cache)."""
+    """tokens [B, N] -> (logits [B, N | 1 | P, V] float32, advanced cache)."""
     ...
 
 

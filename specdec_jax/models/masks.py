@@ -137,10 +137,16 @@ def check_step_args(tokens, positions, mask, logits_at) -> None:
     tokens: [B, K] block.
     positions: None or [B, K] integer.
     mask: None or [B, K, K] bool.
-    logits_at: None or [B] integer.
+    logits_at: None, [B] or [B, P] integer.
   """
   b, k = tokens.shape[:2]
   want = {"positions": (b, k), "mask": (b, k, k), "logits_at": (b,)}
+  if logits_at is not None and jnp.ndim(logits_at) == 2:
+    if jnp.shape(logits_at)[0] != b or jnp.shape(logits_at)[1] < 1:
+      raise ValueError(f"step logits_at must have shape ({b},) or ({b}, P) "
+                       f"with P >= 1 for tokens of shape {(b, k)}, got "
+                       f"{tuple(jnp.shape(logits_at))}")
+    logits_at = None  # checked
   for name, val in (("positions", positions), ("mask", mask),
                     ("logits_at", logits_at)):
     if val is not None and tuple(jnp.shape(val)) != want[name]:

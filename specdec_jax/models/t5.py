@@ -161,7 +161,7 @@ class T5Stack(nn.Module):
       cache: KVCache of the run layers.
       positions: [B, K] int32 or None (``lengths + arange(K)``).
       mask: [B, K, K] bool in-block mask or None (causal).
-      logits_at: [B] int32 or None.
+      logits_at: [B] or [B, P] int32, or None.
     """
     k = x.shape[1]
     q_pos, k_pos, masks = masks_lib.step_masks(

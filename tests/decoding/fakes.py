@@ -41,8 +41,7 @@ class RuleModel:
            else positions)
     nxt = self.rule(tokens, pos) % self.vocab_size
     logits = self.margin * jnp.eye(self.vocab_size)[nxt]
-    if logits_at is not None:
-      logits = jnp.take_along_axis(logits, logits_at[:, None, None], axis=1)
+    logits = cache_lib.select_positions(logits, logits_at)  # [B, K|1|P, V]
     return logits, cache.with_lengths(cache.lengths + k)
 
 
@@ -90,7 +89,8 @@ class FixedModel:
            mask=None):
     del positions, mask
     b, k = tokens.shape
+    width = k if logits_at is None else (
+        1 if logits_at.ndim == 1 else logits_at.shape[1])
     logits = jnp.broadcast_to(jnp.asarray(self.logits, jnp.float32),
-                              (b, 1 if logits_at is not None else k,
-                               len(self.logits)))
+                              (b, width, len(self.logits)))
     return logits, cache.with_lengths(cache.lengths + k)

@@ -103,6 +103,17 @@ def test_logits_at_picks_one_tree_node(setup):
   assert one.shape == (len(TREES), 1, model.vocab_size)
   np.testing.assert_allclose(one[:, 0], np.asarray(full)[np.arange(4), at],
                              atol=TOL, rtol=0)
+  # [B, P] picks P nodes per row, in the given order (repeats allowed).
+  many_at = np.array([[6, 0, 1], [3, 3, 2], [0, 4, 1], [5, 2, 0]], np.int32)
+  many, _ = model.step(params, tokens, cache, positions=positions, mask=mask,
+                       logits_at=many_at)
+  assert many.shape == (len(TREES), 3, model.vocab_size)
+  np.testing.assert_allclose(
+      many, np.asarray(full)[np.arange(4)[:, None], many_at], atol=TOL,
+      rtol=0)
+  with pytest.raises(ValueError, match=r"logits_at must have shape \(4,\) "
+                     r"or \(4, P\)"):
+    model.step(params, tokens, cache, logits_at=np.zeros((3, 2), np.int32))
 
 
 def _tree_and_commit(model, params, rng, cache, seqs, leaves, counts):

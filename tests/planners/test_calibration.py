@@ -39,7 +39,8 @@ class Fixed:
   def step(self, params, tokens, cache, *, positions=None, mask=None,
            logits_at=None):
     b, n = tokens.shape
-    width = 1 if logits_at is not None else n
+    width = n if logits_at is None else (
+        1 if logits_at.ndim == 1 else logits_at.shape[1])
     out = jnp.broadcast_to(jnp.asarray(self.logits, jnp.float32),
                            (b, width, self.vocab_size))
     return out, cache.with_lengths(cache.lengths + n)

@@ -146,16 +146,23 @@ def draft_tree(drafter, q_params, cache: KVCache, pending: jax.Array,
   calls = d_max + int(last_call)
   for k in range(calls):
     w = widths[k] + 1
-    logits, new = drafter.step(
-        q_params, toks[:, :w], cache, positions=base[:, None] + depth[:, :w],
-        mask=tree["tree.mask"][:, :w, :w])  # [B, w, V]
-    cache = new.with_lengths(base)
     # The block positions of depth k (contiguous, breadth-first).
     pos = tree["tree.first"][:, k:k + 1] + jnp.arange(bounds[k])  # [B, P]
     valid = (pos < w) & (jnp.take_along_axis(
         depth, jnp.minimum(pos, n), axis=1) == k)
     pos_in = jnp.minimum(pos, w - 1)
-    lg = jnp.take_along_axis(logits, pos_in[..., None], axis=1)  # [B, P, V]
+    # Only the depth-k nodes' logits are projected (the output projection
+    # over V dominates a small drafter's block step).
+    lg, new = drafter.step(
+        q_params, toks[:, :w], cache, positions=base[:, None] + depth[:, :w],
+        mask=tree["tree.mask"][:, :w, :w], logits_at=pos_in)  # [B, P, V]
+    if lg.shape[:2] != pos_in.shape:
+      raise ValueError(
+          f"the drafter's step returned logits of shape {lg.shape} for "
+          f"logits_at of shape {pos_in.shape}; tree drafting needs [B, P, V] "
+          f"for [B, P] indices (cache.select_positions does it; see "
+          f"specdec_jax/models/interface.py)")
+    cache = new.with_lengths(base)
     sq = strategy.probs(lg)
     if logits_buf is None:
       logits_buf = jnp.zeros((b, n + 1) + lg.shape[2:], lg.dtype)
