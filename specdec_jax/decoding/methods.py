@@ -94,6 +94,8 @@ class Speculative:
   def program(self, models, cfg: LoopConfig) -> LoopProgram:
     rule = TargetRule(split(self.target)[0])
     if isinstance(cfg, tree_loop.TreeConfig):
+      if tree_loop.runs_as_chain(cfg):  # same tokens, the faster loop
+        return speculative.program(models, tree_loop.as_chain(cfg), rule)
       return tree_loop.program(models, cfg, rule)
     return speculative.program(models, cfg, rule)
 

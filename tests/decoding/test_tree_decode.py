@@ -68,10 +68,13 @@ def test_greedy_cascade_on_a_tree_equals_the_chain_cascade_at_extremes():
 @pytest.mark.parametrize("name,knobs", [
     ("spec_decode", {}), ("token_v3", dict(alpha=0.3)),
     ("lossy", dict(alpha=0.3, beta=1.0)), ("opt", dict(alpha=0.0))])
-def test_chain_shaped_tree_gives_the_chain_loops_tokens(name, knobs):
-  """Sampled rows at several temperatures and a greedy row: the same tokens
-  and acceptance counts as the chain loop (both proposal kinds that sample
-  draw rank 0 from S(q) with the chain's keys)."""
+def test_chain_shaped_tree_gives_the_chain_loops_tokens(name, knobs,
+                                                      monkeypatch):
+  """Sampled rows at several temperatures and a greedy row: the TREE loop
+  gives the same tokens and acceptance counts as the chain loop (both
+  proposal kinds that sample draw rank 0 from S(q) with the chain's keys),
+  which is why ``generate`` runs such trees with the chain loop."""
+  monkeypatch.setattr(tree_loop, "runs_as_chain", lambda cfg: False)
   d, v, qp, pp = tiny_pair("gemma", 0.5)
   prompts = random_prompts(np.random.default_rng(0), 6, v.vocab_size)
   method = decoding.make_method(name, **knobs)
@@ -85,6 +88,27 @@ def test_chain_shaped_tree_gives_the_chain_loops_tokens(name, knobs):
   np.testing.assert_array_equal(out.verifier_calls, ref.verifier_calls)
   # Both accepts and rejections happened (OPT at alpha 0 accepts ~0.92).
   assert 0.2 < ref.acceptance_rate < 1.0
+
+
+def test_chain_shaped_trees_run_on_the_chain_loop():
+  """A one-branch tree with a sampled proposal is decoded by the chain loop
+  (same results, cheaper drafting); a 'top_k' chain drafts argmaxes, which
+  the chain loop does not, so it stays on the tree loop."""
+  d, v, _, _ = tiny_pair("gemma")
+  method = decoding.make_method("spec_decode")
+  cfgs = {kind: tree_loop.make_config(decoding.Tree(Topology.chain(3), kind),
+                                      method, v.vocab_size, max_new=8,
+                                      eos_id=None)
+          for kind in ("iid", "without_replacement", "top_k")}
+  keys = {kind: method.program((d, v), cfg).key[0]
+          for kind, cfg in cfgs.items()}
+  assert keys == {"iid": "speculative", "without_replacement": "speculative",
+                  "top_k": "tree"}
+  branching = tree_loop.make_config(decoding.Tree(Topology.kary(2, 2)),
+                                    method, v.vocab_size, max_new=8,
+                                    eos_id=None)
+  assert method.program((d, v), branching).key[0] == "tree"
+  assert tree_loop.as_chain(cfgs["iid"]).gamma == 3
 
 
 def test_same_shaped_trees_share_one_program():

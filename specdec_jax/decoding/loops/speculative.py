@@ -60,7 +60,7 @@ def _body(models, params, batch: Batch, cfg: LoopConfig, rule: SpecRule,
           state: SpecState) -> SpecState:
   drafter, verifier = models
   (q_level, p_level), stream = state.levels, state.stream
-  target, stop = rule.bind(batch.knobs)
+  target, stop = rule.bind(state_lib.rule_knobs(batch.knobs))
   strategy = cfg.strategy(batch)
   req, gamma, active = batch.req, cfg.gamma, ~stream.done
   extra = bool(target.needs_drafter_at_bonus)

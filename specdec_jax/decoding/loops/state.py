@@ -59,6 +59,12 @@ class LoopConfig:
     return self.topology.max_depth
 
 
+def rule_knobs(knobs: dict) -> dict:
+  """The method rule's knobs of ``Batch.knobs`` (without the 'tree.*'
+  arrays a tree decode adds)."""
+  return {k: v for k, v in knobs.items() if "." not in k}
+
+
 def capacity(prompt_width: int, cfg: LoopConfig, chunk: int = 0) -> int:
   """Cache slots: prompt + new tokens + block + 1 of slack (+ a chunk)."""
   return prompt_width + cfg.max_new + cfg.topology.num_nodes + 2 + chunk

@@ -78,8 +78,7 @@ def _body(models, params, batch: Batch, cfg: TreeConfig, rule,
           state: TreeState) -> TreeState:
   drafter, verifier = models
   (q_level, p_level), stream = state.levels, state.stream
-  target, _ = rule.bind({k: v for k, v in batch.knobs.items()
-                         if "." not in k})
+  target, _ = rule.bind(state_lib.rule_knobs(batch.knobs))
   tree = {k: batch.knobs[k] for k in tree_lib.ARRAYS}
   strategy, req, active = cfg.strategy(batch), batch.req, ~stream.done
   n_nodes, d_max, _ = cfg.shape
@@ -136,6 +135,25 @@ def _body(models, params, batch: Batch, cfg: TreeConfig, rule,
   return TreeState(stream=new_stream, levels=(q_level, p_level),
                    catchup=keep(last, state.catchup),
                    catchup_valid=keep(lag, state.catchup_valid), trace=trace)
+
+
+def runs_as_chain(cfg: TreeConfig) -> bool:
+  """Whether the chain loop decodes this tree with identical results.
+
+  A chain-shaped tree (one child per node) whose proposal draws rank 0 from
+  S(q) (every kind but 'top_k') drafts, verifies and samples exactly as the
+  chain loop of gamma = its depth, with the same keys (tested in
+  tests/decoding/test_tree_decode.py); the chain loop feeds the drafter one
+  token per call instead of re-feeding the block prefix, so it is faster.
+  """
+  return cfg.topology.is_chain and cfg.proposal != "top_k"
+
+
+def as_chain(cfg: TreeConfig) -> LoopConfig:
+  """The chain LoopConfig of a ``runs_as_chain`` tree config."""
+  fields = {f.name: getattr(cfg, f.name)
+            for f in dataclasses.fields(LoopConfig)}
+  return LoopConfig(**fields)
 
 
 def make_config(tree, method, vocab_size: int, **loop_fields) -> TreeConfig:
