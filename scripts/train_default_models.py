@@ -306,6 +306,37 @@ def _load_npz_params(path: str, model):
 # -------------------------------------------------------------- distillation
 
 
+def _pass_path(wd: str, split: str, name: str) -> str:
+  return os.path.join(wd, f"{split}_{name}_outputs.json")
+
+
+def _load_pass(wd: str, split: str, name: str, n: int):
+  """A teacher decode pass saved by an earlier (interrupted) run, or None.
+
+  The teacher stage decodes the whole training split twice (greedy, then
+  sampled); each pass is saved as soon as it finishes so that a restart
+  resumes after it instead of decoding again. Same seed, same outputs.
+  """
+  path = _pass_path(wd, split, name)
+  if not os.path.isfile(path):
+    return None
+  with open(path) as f:
+    cached = json.load(f)
+  if len(cached.get("preds", ())) != n:
+    log(f"ignoring {path}: {len(cached.get('preds', ()))} outputs, "
+        f"expected {n}")
+    return None
+  return cached
+
+
+def _save_pass(wd: str, split: str, name: str, cached: dict) -> None:
+  os.makedirs(wd, exist_ok=True)
+  tmp = _pass_path(wd, split, name) + ".tmp"
+  with open(tmp, "w") as f:
+    json.dump(cached, f)
+  os.replace(tmp, _pass_path(wd, split, name))
+
+
 def stage_teacher(fam: Family, args, progress: Progress) -> dict:
   """The large model's outputs and top-k on the training/validation inputs."""
   wd = os.path.join(args.workdir, fam.task, "teacher")
@@ -326,17 +357,25 @@ def stage_teacher(fam: Family, args, progress: Progress) -> dict:
       outputs.append(("sampled", decoding.Temperature(1.0)))
     pairs, data = list(rows), [True] * len(rows)
     for name, sampling in outputs:
-      t = time.perf_counter()
-      preds, stats = dme.decode(pair, decoding.make_method("target_only"),
-                                examples, sampling=sampling, verifier="large",
-                                batch_size=plan.TEACHER_DECODE_BATCH,
-                                seed=plan.TEACHER_SEED)
-      ids = [dm.encode_targets(fam.tok, fam.spec, p) for p in preds]
+      cached = _load_pass(wd, split, name, len(examples))
+      if cached is None:
+        t = time.perf_counter()
+        preds, stats = dme.decode(pair, decoding.make_method("target_only"),
+                                  examples, sampling=sampling,
+                                  verifier="large",
+                                  batch_size=plan.TEACHER_DECODE_BATCH,
+                                  seed=plan.TEACHER_SEED)
+        cached = dict(preds=preds, stats=dict(
+            rows=len(preds),
+            mean_tokens=round(stats["tokens"] / len(preds), 2),
+            seconds=round(time.perf_counter() - t, 1)))
+        _save_pass(wd, split, name, cached)
+      else:
+        log(f"{fam.task}/teacher: {split} {name}: reusing the saved pass")
+      ids = [dm.encode_targets(fam.tok, fam.spec, p) for p in cached["preds"]]
       pairs += [(x, y) for (x, _), y in zip(rows, ids)]
       data += [False] * len(ids)
-      report[f"{split}_{name}"] = dict(
-          rows=len(ids), mean_tokens=round(stats["tokens"] / len(ids), 2),
-          seconds=round(time.perf_counter() - t, 1))
+      report[f"{split}_{name}"] = cached["stats"]
       log(f"{fam.task}/teacher: {split} {name}: {report[f'{split}_{name}']}")
     t = time.perf_counter()
     out = distill_lib.teacher_rows(
