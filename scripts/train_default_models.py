@@ -523,6 +523,11 @@ def main():
   ap.add_argument("--until", default="eval", choices=STAGES,
                   help="stop after this stage (e.g. 'large' to check the "
                   "large models before distilling)")
+  ap.add_argument("--only", default="",
+                  help="comma-separated stages to run, and nothing else "
+                  "(e.g. 'small_pretrain', which needs only the tokenizer, "
+                  "in a second process beside the teacher and medium "
+                  "stages); the metadata is then not written")
   ap.add_argument("--report", default="benchmarks/results/default_models.md",
                   help="Markdown report written from metadata.json ('' for "
                   "none)")
@@ -551,6 +556,9 @@ def main():
   bad = [t for t in tasks if t not in dm.TASKS]
   if bad:
     ap.error(f"unknown pair {bad[0]!r}; choose from {dm.PAIRS}")
+  only = [s for s in args.only.split(",") if s]
+  if [s for s in only if s not in STAGES]:
+    ap.error(f"unknown stage in --only {args.only!r}; choose from {STAGES}")
   t0 = time.perf_counter()
   progress = Progress(args.workdir)
   corpus = corpus_lib.default_corpus()
@@ -577,7 +585,7 @@ def main():
   order += [("eval", t) for t in tasks]
   last = STAGES.index(args.until)
   for stage, task in order:
-    if STAGES.index(stage) > last:
+    if STAGES.index(stage) > last or only and stage not in only:
       continue
     fam = families[task]
     log(f"=== {task}: {stage}")
@@ -590,6 +598,10 @@ def main():
     else:
       rep = stage_eval(fam, args, progress)
     reports[task][stage] = rep
+  if only:
+    log(f"done with {only} in {time.perf_counter() - t0:.0f}s (--only: "
+        "metadata not written)")
+    return
   write_metadata(args, corpus, pre, families, reports)
   if last == STAGES.index("eval") and args.report:
     with open(os.path.join(args.out, dm.METADATA)) as f:
