@@ -254,9 +254,9 @@ def report_markdown(meta: dict) -> str:
               f"call {ev['tokens_per_call']['small>large']:.2f} / "
               f"{ev['tokens_per_call']['medium>large']:.2f} / "
               f"{ev['tokens_per_call']['small>medium']:.2f}; SpecDecode output "
-              f"equals the verifier's on "
+              f"equals the verifier's (target-only) output on "
               f"{100 * min(ev['spec_equals_target'].values()):.1f}% of the "
-              f"examples or more. At T=1, small>large acceptance "
+              f"examples, for every drafter/verifier pair. At T=1, small>large acceptance "
               f"{ev['acceptance_t1_small>large']:.3f}.", "",
               f"CPU step time (1 token, batch 1): small {cost['small']['step_ms']}"
               f" ms, medium {cost['medium']['step_ms']} ms, large "
