@@ -209,10 +209,16 @@ def stage_done(workdir: str):
   return None
 
 
+def _write_json(path: str, obj, indent: int | None = 1) -> None:
+  """Writes ``obj`` as JSON atomically (a killed run leaves no torn file)."""
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  with open(path + ".tmp", "w") as f:
+    json.dump(obj, f, indent=indent)
+  os.replace(path + ".tmp", path)
+
+
 def mark_done(workdir: str, report: dict) -> None:
-  os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, "done.json"), "w") as f:
-    json.dump(report, f, indent=1)
+  _write_json(os.path.join(workdir, "done.json"), report)
 
 
 def save_model(out: str, model, params) -> dict:
@@ -322,19 +328,11 @@ def _load_pass(wd: str, split: str, name: str, n: int):
     return None
   with open(path) as f:
     cached = json.load(f)
-  if len(cached.get("preds", ())) != n:
-    log(f"ignoring {path}: {len(cached.get('preds', ()))} outputs, "
-        f"expected {n}")
+  got = len(cached.get("preds", ()))
+  if got != n:
+    log(f"ignoring {path}: {got} outputs, expected {n}")
     return None
   return cached
-
-
-def _save_pass(wd: str, split: str, name: str, cached: dict) -> None:
-  os.makedirs(wd, exist_ok=True)
-  tmp = _pass_path(wd, split, name) + ".tmp"
-  with open(tmp, "w") as f:
-    json.dump(cached, f)
-  os.replace(tmp, _pass_path(wd, split, name))
 
 
 def stage_teacher(fam: Family, args, progress: Progress) -> dict:
@@ -369,7 +367,7 @@ def stage_teacher(fam: Family, args, progress: Progress) -> dict:
             rows=len(preds),
             mean_tokens=round(stats["tokens"] / len(preds), 2),
             seconds=round(time.perf_counter() - t, 1)))
-        _save_pass(wd, split, name, cached)
+        _write_json(_pass_path(wd, split, name), cached, indent=None)
       else:
         log(f"{fam.task}/teacher: {split} {name}: reusing the saved pass")
       ids = [dm.encode_targets(fam.tok, fam.spec, p) for p in cached["preds"]]
@@ -508,10 +506,7 @@ def write_metadata(args, corpus, pre, families: dict, reports: dict) -> None:
           max_bytes=args.pretrain_bytes, seed=pretrain_lib.PRETRAIN_SEED,
           stats=pre.stats, files=pre.file_list()),
       tokenizers=tokenizers, pairs=pairs)
-  os.makedirs(args.out, exist_ok=True)
-  with open(path + ".tmp", "w") as f:
-    json.dump(meta, f, indent=1)
-  os.replace(path + ".tmp", path)
+  _write_json(path, meta)
   log(f"wrote {path}")
 
 

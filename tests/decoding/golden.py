@@ -3,8 +3,9 @@ reshaped (issue 12), so any later change to the loops is checked against it.
 
 Recorded with ``python -m tests.decoding.golden --record`` on the commit that
 preceded the reshaping (fe5d16d); retrained default pairs are added with
-``--record_new`` (which keeps the tiny pairs' original record); the test ``test_golden_tokens.py`` replays
-every case and compares tokens and counters exactly.
+``--record_new`` (which keeps the tiny pairs' original record). The test
+``test_golden_tokens.py`` replays every case and compares tokens and
+counters exactly.
 
 Cases: every method of the registry, both built-in default pairs (keyed by
 the fingerprint of their shipped weights, so a retrained pair is recorded

@@ -24,7 +24,7 @@ def test_a_saved_teacher_pass_is_reused_and_a_partial_one_is_not(tmp_path,
   assert script._load_pass(wd, "train", "greedy", 2) is None
   saved = dict(preds=["a b", "c"], stats=dict(rows=2, mean_tokens=1.5,
                                                seconds=3.0))
-  script._save_pass(wd, "train", "greedy", saved)
+  script._write_json(script._pass_path(wd, "train", "greedy"), saved)
   assert os.listdir(wd) == ["train_greedy_outputs.json"]  # no .tmp left
   assert script._load_pass(wd, "train", "greedy", 2) == saved
   assert script._load_pass(wd, "train", "sampled", 2) is None
