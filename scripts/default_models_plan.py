@@ -3,7 +3,13 @@
 Used by ``train_default_models.py``; every number here is part of what the
 shipped ``metadata.json`` records (``plan``), so a rerun reproduces it.
 Step counts were sized from measured step times on the 2-core build machine
-(docs/default_models.md): the whole pipeline, both families, in ~7 hours.
+(docs/default_models.md). The first three-size build (2026-11-25, ~7 hours)
+stopped the large models while their loss was still falling and made the
+medium model the large one's first 2 decoder layers (1.8x cheaper): the
+students caught up with their teacher (benchmarks/results/
+default_models_progress.md). So the large stages now run ~3x longer and the
+medium model is its own architecture, ~3.6x cheaper than the large one,
+pretrained like the small one.
 """
 
 from __future__ import annotations
@@ -31,7 +37,6 @@ SLICE_EXAMPLES = 16  # test slice re-evaluated exactly by the tests
 SMOKE_EXAMPLES = 40
 SMOKE_PRETRAIN_BYTES = 2**20
 CHECK_EXAMPLES = 96  # validation examples decoded after the large stage
-MEDIUM_LAYERS = {"t5_docstring": 2, "gemma_completion": 2}
 
 
 def _gemma(d, layers, heads, kv_heads, head_dim, mlp) -> GemmaConfig:
@@ -49,12 +54,16 @@ ARCHS = {
         "large": T5Config(vocab_size=2048, d_model=256, num_heads=4,
                           head_dim=64, num_encoder_layers=4,
                           num_decoder_layers=4, mlp_dim=1024),
+        "medium": T5Config(vocab_size=2048, d_model=128, num_heads=2,
+                           head_dim=64, num_encoder_layers=4,
+                           num_decoder_layers=4, mlp_dim=512),
         "small": T5Config(vocab_size=2048, d_model=64, num_heads=2,
                           head_dim=32, num_encoder_layers=3,
                           num_decoder_layers=3, mlp_dim=256),
     },
     "gemma_completion": {
         "large": _gemma(256, 4, 4, 2, 64, 1024),
+        "medium": _gemma(128, 4, 2, 1, 64, 512),
         "small": _gemma(64, 3, 2, 1, 32, 256),
     },
 }
@@ -74,24 +83,30 @@ def _cfg(steps, lr, warmup, eval_every, seed, log_every=10):
 
 STAGES = {
     # (task, stage): schedule; seeds differ per stage. Sized from measured
-    # step times on the 2-core build machine under its usual load
+    # step times on the 2-core build machine with one process per family
     # (benchmarks/results/default_models_progress.md): Gemma large
-    # pretraining ~4.3 s/step of 16 x 256 ids, fine-tuning ~2 s/step; T5
-    # large ~5.5 s/step of 32 examples.
+    # pretraining ~2.8 s/step of 16 x 256 ids, fine-tuning ~2.5 s/step; T5
+    # large ~5 s/step of 32 examples. The large stages checkpoint at every
+    # evaluation, so they run over several sessions.
     ("gemma_completion", "large_pretrain"): Stage(
-        _cfg(900, 1e-3, 60, 100, seed=3), 16),
-    ("gemma_completion", "large"): Stage(_cfg(400, 5e-4, 30, 50, seed=13),
+        _cfg(3000, 1e-3, 100, 100, seed=3), 16),
+    ("gemma_completion", "large"): Stage(_cfg(800, 5e-4, 50, 50, seed=13),
                                          32),
-    ("gemma_completion", "medium"): Stage(_cfg(1200, 5e-4, 50, 100, seed=23),
-                                          32),
+    ("gemma_completion", "medium_pretrain"): Stage(
+        _cfg(2000, 1.5e-3, 100, 250, seed=5, log_every=50), 16),
+    ("gemma_completion", "medium"): Stage(_cfg(2500, 7e-4, 100, 250, seed=23,
+                                               log_every=50), 32),
     ("gemma_completion", "small_pretrain"): Stage(
         _cfg(1500, 2e-3, 100, 250, seed=4, log_every=50), 16),
     ("gemma_completion", "small"): Stage(_cfg(2000, 1e-3, 100, 200, seed=14,
                                               log_every=50), 32),
     ("t5_docstring", "large_pretrain"): Stage(
-        _cfg(700, 1e-3, 60, 100, seed=1), 32),
-    ("t5_docstring", "large"): Stage(_cfg(350, 5e-4, 30, 50, seed=11), 32),
-    ("t5_docstring", "medium"): Stage(_cfg(500, 5e-4, 40, 100, seed=21), 32),
+        _cfg(2400, 1e-3, 100, 100, seed=1), 32),
+    ("t5_docstring", "large"): Stage(_cfg(800, 5e-4, 50, 50, seed=11), 32),
+    ("t5_docstring", "medium_pretrain"): Stage(
+        _cfg(2000, 1.5e-3, 100, 250, seed=6, log_every=50), 32),
+    ("t5_docstring", "medium"): Stage(_cfg(2500, 7e-4, 100, 250, seed=21,
+                                           log_every=50), 32),
     ("t5_docstring", "small_pretrain"): Stage(
         _cfg(1500, 2e-3, 100, 250, seed=2, log_every=50), 32),
     ("t5_docstring", "small"): Stage(_cfg(2000, 1e-3, 100, 200, seed=12,
@@ -100,7 +115,7 @@ STAGES = {
 
 
 def arch(task: str, level: str, tok=None):
-  """The config of the large or small model (vocabulary of ``tok``)."""
+  """The config of one size (vocabulary of ``tok``)."""
   cfg = ARCHS[task][level]
   if tok is not None:
     cfg = dataclasses.replace(cfg, vocab_size=tok.vocab_size)
@@ -123,7 +138,6 @@ def describe(smoke: bool = False, smoke_steps: int = 4) -> dict:
   return dict(
       archs={t: {lv: native.config_to_dict(c) for lv, c in a.items()}
              for t, a in ARCHS.items()},
-      medium_layers=MEDIUM_LAYERS,
       stages={f"{t}/{s}": dict(batch_size=st.batch_size,
                                **dataclasses.asdict(st.config))
               for (t, s), st in ((k, stage(*k, smoke, smoke_steps))
@@ -268,5 +282,5 @@ def _training_seconds(stages: dict) -> dict:
   """Training seconds per size (its own stages; teacher time -> drafters)."""
   get = lambda s: float(stages.get(s, {}).get("train_seconds", 0.0))
   return dict(large=get("large_pretrain") + get("large"),
-              medium=get("medium"),
+              medium=get("medium_pretrain") + get("medium"),
               small=get("small_pretrain") + get("small"))

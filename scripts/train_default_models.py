@@ -19,8 +19,10 @@ state is checkpointed to ``--workdir/<task>/<stage>`` at every evaluation):
   teacher          the large model's greedy and sampled (T=1) outputs on the
                    training and validation inputs, and its top-k
                    log-probabilities along them and the ground truth
-  medium           the large model's first decoder layers, distilled (KL to
-                   the teacher + data loss) -> ``<out>/<task>/medium``
+  medium_pretrain  the medium model (~3.6x cheaper than the large) on plain
+                   text
+  medium           ... distilled (KL to the teacher + data loss) ->
+                   ``<out>/<task>/medium``
   small_pretrain   the small model on plain text
   small            ... distilled -> ``<out>/<task>/drafter``
   eval             test split: held-out loss, greedy quality, repetition,
@@ -58,8 +60,8 @@ from specdec_jax.models import model_from_config
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import default_models_plan as plan  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-STAGES = ("large_pretrain", "large", "teacher", "medium", "small_pretrain",
-          "small", "eval")
+STAGES = ("large_pretrain", "large", "teacher", "medium_pretrain", "medium",
+          "small_pretrain", "small", "eval")
 
 
 def log(msg: str) -> None:
@@ -242,7 +244,7 @@ def val_batches(fam: Family, rows=None):
 
 def stage_train(fam: Family, stage: str, args, corpus, pre,
                 progress: Progress) -> dict:
-  """large_pretrain / large / small_pretrain: plain cross-entropy stages."""
+  """large_pretrain / large / {medium,small}_pretrain: cross-entropy stages."""
   wd = os.path.join(args.workdir, fam.task, stage)
   done = stage_done(wd)
   if done and not args.force:
@@ -397,15 +399,9 @@ def stage_distill(fam: Family, level: str, args, progress: Progress) -> dict:
     return done
   st = plan.stage(fam.task, level, args.smoke, args.smoke_steps)
   t0 = time.perf_counter()
-  if level == "medium":
-    large, lp = load_saved(os.path.join(args.out, fam.task,
-                                        dm.LEVEL_DIRS["large"]))
-    model, params = train_lib.truncate_decoder(
-        large, lp, plan.MEDIUM_LAYERS[fam.task])
-  else:
-    model = model_from_config(plan.arch(fam.task, "small", fam.tok))
-    params = _load_npz_params(os.path.join(
-        args.workdir, fam.task, "small_pretrain", "final_params.npz"), model)
+  model = model_from_config(plan.arch(fam.task, level, fam.tok))
+  params = _load_npz_params(os.path.join(
+      args.workdir, fam.task, f"{level}_pretrain", "final_params.npz"), model)
   tdir = os.path.join(args.workdir, fam.task, "teacher")
   rows = distill_lib.load_rows(os.path.join(tdir, "train.npz"))
   val = distill_lib.load_rows(os.path.join(tdir, "validation.npz"))
@@ -520,8 +516,8 @@ def main():
                   "large models before distilling)")
   ap.add_argument("--only", default="",
                   help="comma-separated stages to run, and nothing else "
-                  "(e.g. 'small_pretrain', which needs only the tokenizer, "
-                  "in a second process beside the teacher and medium "
+                  "(e.g. 'small_pretrain,medium_pretrain', which need only the "
+                  "tokenizer, in a second process beside the large "
                   "stages); the metadata is then not written")
   ap.add_argument("--report", default="benchmarks/results/default_models.md",
                   help="Markdown report written from metadata.json ('' for "
@@ -575,8 +571,7 @@ def main():
                  dme.tokenize(tok, spec, exs["validation"]), exs)
     families[task] = fam
   order = [(s, t) for s in ("large_pretrain", "large") for t in tasks]
-  order += [(s, t) for t in tasks for s in ("teacher", "medium",
-                                            "small_pretrain", "small")]
+  order += [(s, t) for t in tasks for s in STAGES[2:-1]]
   order += [("eval", t) for t in tasks]
   last = STAGES.index(args.until)
   for stage, task in order:
@@ -584,7 +579,7 @@ def main():
       continue
     fam = families[task]
     log(f"=== {task}: {stage}")
-    if stage in ("large_pretrain", "large", "small_pretrain"):
+    if stage == "large" or stage.endswith("_pretrain"):
       rep = stage_train(fam, stage, args, corpus, pre, progress)
     elif stage == "teacher":
       rep = stage_teacher(fam, args, progress)
