@@ -87,7 +87,9 @@ STAGES = {
     # (benchmarks/results/default_models_progress.md): Gemma large
     # pretraining ~2.8 s/step of 16 x 256 ids, fine-tuning ~2.5 s/step; T5
     # large ~5 s/step of 32 examples. The large stages checkpoint at every
-    # evaluation, so they run over several sessions.
+    # evaluation, so they run over several sessions. "<level>_onpolicy" is
+    # the second round of the "<level>" distillation stage (its student's own
+    # outputs scored by the teacher).
     ("gemma_completion", "large_pretrain"): Stage(
         _cfg(3000, 1e-3, 100, 100, seed=3), 16),
     ("gemma_completion", "large"): Stage(_cfg(800, 5e-4, 50, 50, seed=13),
@@ -96,10 +98,14 @@ STAGES = {
         _cfg(2000, 1.5e-3, 100, 250, seed=5, log_every=50), 16),
     ("gemma_completion", "medium"): Stage(_cfg(2500, 7e-4, 100, 250, seed=23,
                                                log_every=50), 32),
+    ("gemma_completion", "medium_onpolicy"): Stage(
+        _cfg(1000, 3e-4, 50, 250, seed=24, log_every=50), 32),
     ("gemma_completion", "small_pretrain"): Stage(
         _cfg(1500, 2e-3, 100, 250, seed=4, log_every=50), 16),
     ("gemma_completion", "small"): Stage(_cfg(2000, 1e-3, 100, 200, seed=14,
                                               log_every=50), 32),
+    ("gemma_completion", "small_onpolicy"): Stage(
+        _cfg(1000, 3e-4, 50, 250, seed=15, log_every=50), 32),
     ("t5_docstring", "large_pretrain"): Stage(
         _cfg(2400, 1e-3, 100, 100, seed=1), 32),
     ("t5_docstring", "large"): Stage(_cfg(800, 5e-4, 50, 50, seed=11), 32),
@@ -107,10 +113,14 @@ STAGES = {
         _cfg(2000, 1.5e-3, 100, 250, seed=6, log_every=50), 32),
     ("t5_docstring", "medium"): Stage(_cfg(2500, 7e-4, 100, 250, seed=21,
                                            log_every=50), 32),
+    ("t5_docstring", "medium_onpolicy"): Stage(
+        _cfg(1000, 3e-4, 50, 250, seed=22, log_every=50), 32),
     ("t5_docstring", "small_pretrain"): Stage(
         _cfg(1500, 2e-3, 100, 250, seed=2, log_every=50), 32),
     ("t5_docstring", "small"): Stage(_cfg(2000, 1e-3, 100, 200, seed=12,
                                           log_every=50), 32),
+    ("t5_docstring", "small_onpolicy"): Stage(
+        _cfg(1000, 3e-4, 50, 250, seed=16, log_every=50), 32),
 }
 
 

@@ -21,10 +21,11 @@ state is checkpointed to ``--workdir/<task>/<stage>`` at every evaluation):
                    log-probabilities along them and the ground truth
   medium_pretrain  the medium model (~3.6x cheaper than the large) on plain
                    text
-  medium           ... distilled (KL to the teacher + data loss) ->
-                   ``<out>/<task>/medium``
+  medium           ... distilled (KL to the teacher + data loss), then a
+                   second round on its own greedy outputs scored by the
+                   teacher (on-policy) -> ``<out>/<task>/medium``
   small_pretrain   the small model on plain text
-  small            ... distilled -> ``<out>/<task>/drafter``
+  small            ... distilled the same way -> ``<out>/<task>/drafter``
   eval             test split: held-out loss, greedy quality, repetition,
                    SpecDecode acceptance, costs; a fixed slice for the tests
 
@@ -319,11 +320,12 @@ def _pass_path(wd: str, split: str, name: str) -> str:
 
 
 def _load_pass(wd: str, split: str, name: str, n: int):
-  """A teacher decode pass saved by an earlier (interrupted) run, or None.
+  """A decode pass saved by an earlier (interrupted) run, or None.
 
   The teacher stage decodes the whole training split twice (greedy, then
-  sampled); each pass is saved as soon as it finishes so that a restart
-  resumes after it instead of decoding again. Same seed, same outputs.
+  sampled), a student stage once (on-policy data); each pass is saved as
+  soon as it finishes so that a restart resumes after it instead of decoding
+  again. Same seed, same outputs.
   """
   path = _pass_path(wd, split, name)
   if not os.path.isfile(path):
@@ -337,6 +339,32 @@ def _load_pass(wd: str, split: str, name: str, n: int):
   return cached
 
 
+def _output_pass(fam: Family, model, params, wd: str, split: str, name: str,
+                 sampling, who: str) -> tuple[list, dict]:
+  """``model``'s outputs on the ``split`` inputs (target ids, no EOS) and
+  their stats; saved to / reused from ``wd`` (:func:`_load_pass`)."""
+  examples = fam.examples[split]
+  cached = _load_pass(wd, split, name, len(examples))
+  if cached is None:
+    pair = dm.DefaultPair(fam.task, model, model, params, params, fam.tok,
+                          fam.spec.metrics, fam.spec.max_new_tokens,
+                          model.is_encoder_decoder, fam.spec)
+    t = time.perf_counter()
+    preds, stats = dme.decode(pair, decoding.make_method("target_only"),
+                              examples, sampling=sampling, verifier="large",
+                              batch_size=plan.TEACHER_DECODE_BATCH,
+                              seed=plan.TEACHER_SEED)
+    cached = dict(preds=preds, stats=dict(
+        rows=len(preds), mean_tokens=round(stats["tokens"] / len(preds), 2),
+        seconds=round(time.perf_counter() - t, 1)))
+    _write_json(_pass_path(wd, split, name), cached, indent=None)
+  else:
+    log(f"{fam.task}/{who}: {split} {name}: reusing the saved pass")
+  log(f"{fam.task}/{who}: {split} {name}: {cached['stats']}")
+  ids = [dm.encode_targets(fam.tok, fam.spec, p) for p in cached["preds"]]
+  return ids, cached["stats"]
+
+
 def stage_teacher(fam: Family, args, progress: Progress) -> dict:
   """The large model's outputs and top-k on the training/validation inputs."""
   wd = os.path.join(args.workdir, fam.task, "teacher")
@@ -346,37 +374,17 @@ def stage_teacher(fam: Family, args, progress: Progress) -> dict:
   t0 = time.perf_counter()
   model, params = load_saved(os.path.join(args.out, fam.task,
                                           dm.LEVEL_DIRS["large"]))
-  pair = dm.DefaultPair(fam.task, model, model, params, params, fam.tok,
-                        fam.spec.metrics, fam.spec.max_new_tokens,
-                        model.is_encoder_decoder, fam.spec)
   report = {}
   for split, rows in (("validation", fam.val_rows), ("train", fam.train_rows)):
-    examples = fam.examples[split]
     outputs = [("greedy", decoding.Greedy())]
     if split == "train":
       outputs.append(("sampled", decoding.Temperature(1.0)))
     pairs, data = list(rows), [True] * len(rows)
     for name, sampling in outputs:
-      cached = _load_pass(wd, split, name, len(examples))
-      if cached is None:
-        t = time.perf_counter()
-        preds, stats = dme.decode(pair, decoding.make_method("target_only"),
-                                  examples, sampling=sampling,
-                                  verifier="large",
-                                  batch_size=plan.TEACHER_DECODE_BATCH,
-                                  seed=plan.TEACHER_SEED)
-        cached = dict(preds=preds, stats=dict(
-            rows=len(preds),
-            mean_tokens=round(stats["tokens"] / len(preds), 2),
-            seconds=round(time.perf_counter() - t, 1)))
-        _write_json(_pass_path(wd, split, name), cached, indent=None)
-      else:
-        log(f"{fam.task}/teacher: {split} {name}: reusing the saved pass")
-      ids = [dm.encode_targets(fam.tok, fam.spec, p) for p in cached["preds"]]
+      ids, report[f"{split}_{name}"] = _output_pass(
+          fam, model, params, wd, split, name, sampling, "teacher")
       pairs += [(x, y) for (x, _), y in zip(rows, ids)]
       data += [False] * len(ids)
-      report[f"{split}_{name}"] = cached["stats"]
-      log(f"{fam.task}/teacher: {split} {name}: {report[f'{split}_{name}']}")
     t = time.perf_counter()
     out = distill_lib.teacher_rows(
         model, params, pairs, data, dme.batch_maker(fam.spec, fam.tok.eos_id),
@@ -392,12 +400,22 @@ def stage_teacher(fam: Family, args, progress: Progress) -> dict:
 
 
 def stage_distill(fam: Family, level: str, args, progress: Progress) -> dict:
-  """medium / small: a student distilled from the shipped large model."""
+  """medium / small: a student distilled from the shipped large model.
+
+  Two rounds (DistillSpec): (1) from the pretrained student, on the
+  teacher's rows (ground truth + the teacher's greedy and sampled outputs);
+  (2) the student then writes greedy outputs on the training inputs, the
+  teacher scores them (top-k along the student's own tokens: on-policy
+  data, where the drafter's mistakes are) and training goes on over both.
+  The round-2 state lives in ``<workdir>/<task>/<level>/onpolicy``.
+  """
   wd = os.path.join(args.workdir, fam.task, level)
   done = stage_done(wd)
   if done and not args.force:
     return done
   st = plan.stage(fam.task, level, args.smoke, args.smoke_steps)
+  st2 = plan.stage(fam.task, f"{level}_onpolicy", args.smoke,
+                   args.smoke_steps)
   t0 = time.perf_counter()
   model = model_from_config(plan.arch(fam.task, level, fam.tok))
   params = _load_npz_params(os.path.join(
@@ -411,6 +429,27 @@ def stage_distill(fam: Family, level: str, args, progress: Progress) -> dict:
   evals = [make(val[i:i + 32]) for i in range(0, len(val), 32)]
   best, report = run_training(f"{fam.task}/{level}", model, params, st.config,
                               rows, make, st.batch_size, evals, wd)
+  onpolicy = os.path.join(wd, "onpolicy.npz")
+  if os.path.isfile(onpolicy):
+    more = distill_lib.load_rows(onpolicy)
+  else:
+    ids, report["student_greedy"] = _output_pass(
+        fam, model, best, wd, "train", "student_greedy", decoding.Greedy(),
+        level)
+    large, lp = load_saved(os.path.join(args.out, fam.task,
+                                        dm.LEVEL_DIRS["large"]))
+    more = distill_lib.teacher_rows(
+        large, lp, [(x, y) for (x, _), y in zip(fam.train_rows, ids)],
+        [False] * len(ids), dme.batch_maker(fam.spec, fam.tok.eos_id),
+        fam.spec.family, k=plan.TOP_K, batch_size=plan.TEACHER_FORWARD_BATCH,
+        log=lambda s: log(f"{fam.task}/{level}: on-policy {s}"))
+    distill_lib.save_rows(onpolicy, more)
+  best, report2 = run_training(f"{fam.task}/{level}/onpolicy", model, best,
+                               st2.config, rows + more, make, st2.batch_size,
+                               evals, os.path.join(wd, "onpolicy"))
+  report = dict(report2, first_round=report, onpolicy_rows=len(more),
+                train_seconds=report["train_seconds"] +
+                report2["train_seconds"])
   report.update(save_model(os.path.join(args.out, fam.task,
                                         dm.LEVEL_DIRS[level]), model, best))
   report["wall_seconds"] = round(time.perf_counter() - t0, 1)

@@ -33,3 +33,81 @@ def test_a_saved_teacher_pass_is_reused_and_a_partial_one_is_not(tmp_path,
   assert "2 outputs, expected 3" in capsys.readouterr().out
   with open(os.path.join(wd, "train_greedy_outputs.json")) as f:
     assert json.load(f)["preds"] == ["a b", "c"]
+
+
+def _tiny_family(script, n: int = 6):
+  """A Family over a tiny random T5 model whose vocabulary is the tiny
+  tokenizer's (test_harness), so every generated id is a text piece."""
+  import dataclasses
+  import jax
+  from specdec_jax import models
+  from specdec_jax.eval import default_models as dm
+  from tests.eval.test_harness import stand_in_examples, train_tokenizer
+  tok = train_tokenizer("t5")
+  model = models.model_from_config(dataclasses.replace(
+      models.get_model("t5_tiny").config, vocab_size=tok.vocab_size))
+  params = model.init_params(jax.random.PRNGKey(0))
+  for name, layer in params["decoder"].items():  # varied greedy outputs
+    if name.startswith("layers_"):
+      for w in layer["mlp"].values():
+        w["kernel"] = w["kernel"] * 3.0
+  fam = script.Family(task="t5_docstring", spec=dm.TASKS["t5_docstring"],
+                      tok=tok, train_rows=[], val_rows=[],
+                      examples={"train": stand_in_examples(n, seed=3)})
+  return fam, model, params
+
+
+def test_output_pass_is_the_models_greedy_rollout_and_is_reused(
+    tmp_path, monkeypatch):
+  """The on-policy pass (a student's own greedy outputs on the training
+  inputs) returns the model's greedy rollout as text re-encoded to target
+  ids, stats count the rows, and a second call reads the saved pass instead
+  of decoding."""
+  from specdec_jax import decoding
+  from specdec_jax.eval import default_models as dm
+  from specdec_jax.eval import default_models_eval as dme
+  from specdec_jax.eval import distill as distill_lib
+  script = _script()
+  fam, model, params = _tiny_family(script)
+  wd = str(tmp_path / "small")
+  ids, stats = script._output_pass(fam, model, params, wd, "train",
+                                   "student_greedy", decoding.Greedy(),
+                                   "small")
+  assert stats["rows"] == 6 and len(ids) == 6
+  # The rollout itself, checked against teacher forcing (independent of the
+  # decode loop): every generated id is the model's top-1 after the ids
+  # before it, up to the budget or EOS.
+  examples = fam.examples["train"]
+  pair = dm.DefaultPair(fam.task, model, model, params, params, fam.tok,
+                        fam.spec.metrics, fam.spec.max_new_tokens, True,
+                        fam.spec)
+  _, out = pair.generate(decoding.make_method("target_only"), examples,
+                         verifier="large")
+  raw = [[int(t) for t in s] for s in out.sequences()]
+  raw = [r[:r.index(fam.tok.eos_id)] if fam.tok.eos_id in r else r
+         for r in raw]
+  assert sum(len(r) for r in raw) > 6 * 4
+  inputs = [dm.encode_inputs(fam.tok, fam.spec, ex["inputs"])
+            for ex in examples]
+  forced = distill_lib.teacher_rows(
+      model, params, [(x, r[:fam.spec.max_target_tokens - 1])
+                      for x, r in zip(inputs, raw)],
+      [False] * 6, dme.batch_maker(fam.spec, fam.tok.eos_id), "t5", k=1)
+  for row, r in zip(forced, raw):
+    n = min(len(r), fam.spec.max_target_tokens - 1)
+    assert [int(t) for t in row.teacher_idx[:n, 0]] == r[:n]
+  # ... and the pass returns it as text, re-encoded to training targets.
+  assert ids == [dm.encode_targets(fam.tok, fam.spec, fam.tok.decode(r))
+                 for r in raw]
+  with open(script._pass_path(wd, "train", "student_greedy")) as f:
+    saved = json.load(f)
+  assert saved["stats"] == stats and len(saved["preds"]) == 6
+
+  def no_decode(*a, **k):
+    raise AssertionError("the saved pass should have been reused")
+
+  monkeypatch.setattr(dme, "decode", no_decode)
+  again, stats2 = script._output_pass(fam, model, params, wd, "train",
+                                      "student_greedy", decoding.Greedy(),
+                                      "small")
+  assert again == ids and stats2 == stats
