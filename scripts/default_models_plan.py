@@ -33,6 +33,7 @@ TOP_K = 32  # teacher log-probabilities kept per position
 TEACHER_SEED = 1
 TEACHER_DECODE_BATCH = 512
 TEACHER_FORWARD_BATCH = 64
+EXTRA_INPUTS = 8000  # teacher-only distillation inputs from the pretraining files
 SLICE_EXAMPLES = 16  # test slice re-evaluated exactly by the tests
 SMOKE_EXAMPLES = 40
 SMOKE_PRETRAIN_BYTES = 2**20
@@ -154,7 +155,7 @@ def describe(smoke: bool = False, smoke_steps: int = 4) -> dict:
                                  for k in STAGES)},
       data_seed=DATA_SEED, prompt_weight=PROMPT_WEIGHT, lm_window=LM_WINDOW,
       prefix_lm=[PREFIX_INPUT, PREFIX_TARGET], top_k=TOP_K,
-      teacher_seed=TEACHER_SEED, smoke=smoke)
+      teacher_seed=TEACHER_SEED, extra_inputs=EXTRA_INPUTS, smoke=smoke)
 
 
 # ------------------------------------------------------------------- costs

@@ -17,8 +17,9 @@ state is checkpointed to ``--workdir/<task>/<stage>`` at every evaluation):
                    training-split stdlib files + pip packages' text)
   large            ... fine-tuned on the task -> ``<out>/<task>/verifier``
   teacher          the large model's greedy and sampled (T=1) outputs on the
-                   training and validation inputs, and its top-k
-                   log-probabilities along them and the ground truth
+                   training and validation inputs, greedy outputs on <= 8,000
+                   more task inputs from the pretraining files, and its
+                   top-k log-probabilities along them and the ground truth
   medium_pretrain  the medium model (~3.6x cheaper than the large) on plain
                    text
   medium           ... distilled (KL to the teacher + data loss), then a
@@ -365,8 +366,22 @@ def _output_pass(fam: Family, model, params, wd: str, split: str, name: str,
   return ids, cached["stats"]
 
 
+def extra_examples(fam: Family, corpus, pre, smoke: bool) -> list[dict]:
+  """More task inputs for distillation: the task's examples of the
+  pretraining files' functions, minus held-out and training inputs; a fixed
+  random ``plan.EXTRA_INPUTS`` of them (their targets are not used)."""
+  used = pretrain_lib.held_out_inputs(corpus) | frozenset(
+      e["inputs"] for e in fam.examples["train"])
+  exs = pretrain_lib.task_examples(pre, fam.task, used)
+  order = np.random.default_rng(plan.DATA_SEED).permutation(len(exs))
+  n = plan.SMOKE_EXAMPLES if smoke else plan.EXTRA_INPUTS
+  return [exs[i] for i in order[:n]]
+
+
 def stage_teacher(fam: Family, args, progress: Progress) -> dict:
-  """The large model's outputs and top-k on the training/validation inputs."""
+  """The large model's outputs and top-k on the training/validation inputs
+  (ground truth, greedy and, for train, sampled outputs) and on
+  :func:`extra_examples` (greedy only): ``<split>.npz`` rows."""
   wd = os.path.join(args.workdir, fam.task, "teacher")
   done = stage_done(wd)
   if done and not args.force:
@@ -374,12 +389,15 @@ def stage_teacher(fam: Family, args, progress: Progress) -> dict:
   t0 = time.perf_counter()
   model, params = load_saved(os.path.join(args.out, fam.task,
                                           dm.LEVEL_DIRS["large"]))
-  report = {}
-  for split, rows in (("validation", fam.val_rows), ("train", fam.train_rows)):
+  extra = dme.tokenize(fam.tok, fam.spec, fam.examples["extra"])
+  report = dict(extra_inputs=len(extra))
+  for split, rows in (("validation", fam.val_rows), ("train", fam.train_rows),
+                      ("extra", extra)):
     outputs = [("greedy", decoding.Greedy())]
     if split == "train":
       outputs.append(("sampled", decoding.Temperature(1.0)))
-    pairs, data = list(rows), [True] * len(rows)
+    truth = split != "extra"
+    pairs, data = (list(rows), [True] * len(rows)) if truth else ([], [])
     for name, sampling in outputs:
       ids, report[f"{split}_{name}"] = _output_pass(
           fam, model, params, wd, split, name, sampling, "teacher")
@@ -403,10 +421,12 @@ def stage_distill(fam: Family, level: str, args, progress: Progress) -> dict:
   """medium / small: a student distilled from the shipped large model.
 
   Two rounds (DistillSpec): (1) from the pretrained student, on the
-  teacher's rows (ground truth + the teacher's greedy and sampled outputs);
-  (2) the student then writes greedy outputs on the training inputs, the
-  teacher scores them (top-k along the student's own tokens: on-policy
-  data, where the drafter's mistakes are) and training goes on over both.
+  teacher's rows (ground truth + the teacher's greedy and sampled outputs,
+  and its greedy outputs on the extra inputs); (2) the student then writes
+  greedy outputs on the training and extra inputs
+  (:func:`extra_examples`), the teacher scores them (top-k along the
+  student's own tokens: on-policy data, where the drafter's mistakes are)
+  and training goes on over both.
   The round-2 state lives in ``<workdir>/<task>/<level>/onpolicy``.
   """
   wd = os.path.join(args.workdir, fam.task, level)
@@ -422,6 +442,8 @@ def stage_distill(fam: Family, level: str, args, progress: Progress) -> dict:
       args.workdir, fam.task, f"{level}_pretrain", "final_params.npz"), model)
   tdir = os.path.join(args.workdir, fam.task, "teacher")
   rows = distill_lib.load_rows(os.path.join(tdir, "train.npz"))
+  if os.path.isfile(os.path.join(tdir, "extra.npz")):
+    rows += distill_lib.load_rows(os.path.join(tdir, "extra.npz"))
   val = distill_lib.load_rows(os.path.join(tdir, "validation.npz"))
   base = dme.batch_maker(fam.spec, fam.tok.eos_id, plan.PROMPT_WEIGHT)
   make = lambda rs: distill_lib.batch(rs, base, fam.spec.family)
@@ -433,14 +455,18 @@ def stage_distill(fam: Family, level: str, args, progress: Progress) -> dict:
   if os.path.isfile(onpolicy):
     more = distill_lib.load_rows(onpolicy)
   else:
-    ids, report["student_greedy"] = _output_pass(
-        fam, model, best, wd, "train", "student_greedy", decoding.Greedy(),
-        level)
+    pairs = []
+    for split, inputs in (("train", fam.train_rows), ("extra", dme.tokenize(
+        fam.tok, fam.spec, fam.examples["extra"]))):
+      ids, report[f"{split}_student_greedy"] = _output_pass(
+          fam, model, best, wd, split, "student_greedy", decoding.Greedy(),
+          level)
+      pairs += [(x, y) for (x, _), y in zip(inputs, ids)]
     large, lp = load_saved(os.path.join(args.out, fam.task,
                                         dm.LEVEL_DIRS["large"]))
     more = distill_lib.teacher_rows(
-        large, lp, [(x, y) for (x, _), y in zip(fam.train_rows, ids)],
-        [False] * len(ids), dme.batch_maker(fam.spec, fam.tok.eos_id),
+        large, lp, pairs, [False] * len(pairs),
+        dme.batch_maker(fam.spec, fam.tok.eos_id),
         fam.spec.family, k=plan.TOP_K, batch_size=plan.TEACHER_FORWARD_BATCH,
         log=lambda s: log(f"{fam.task}/{level}: on-policy {s}"))
     distill_lib.save_rows(onpolicy, more)
@@ -608,6 +634,7 @@ def main():
       exs = {s: v[:plan.SMOKE_EXAMPLES] for s, v in exs.items()}
     fam = Family(task, spec, tok, dme.tokenize(tok, spec, exs["train"]),
                  dme.tokenize(tok, spec, exs["validation"]), exs)
+    exs["extra"] = extra_examples(fam, corpus, pre, args.smoke)
     families[task] = fam
   order = [(s, t) for s in ("large_pretrain", "large") for t in tasks]
   order += [(s, t) for t in tasks for s in STAGES[2:-1]]

@@ -220,31 +220,47 @@ def build(corpus: corpus_lib.Corpus, site_packages: str | None = None,
                         stats=dict(sorted(stats.items())))
 
 
-def docstring_examples(pre: PretrainCorpus,
-                       exclude: frozenset[str] = frozenset()) -> list[dict]:
-  """'t5_docstring'-style examples of every Python document's functions.
+_EXAMPLE_MAKERS = {"t5_docstring": corpus_lib.docstring_example,
+                   "gemma_completion": corpus_lib.completion_example}
+
+
+def task_examples(pre: PretrainCorpus, task: str,
+                  exclude: frozenset[str] = frozenset()) -> list[dict]:
+  """``task``-style examples of every Python document's functions.
 
   Args:
     pre: the pretraining corpus.
-    exclude: example inputs to leave out (the held-out ones).
+    task: 't5_docstring' or 'gemma_completion'.
+    exclude: example inputs to leave out (held-out or already used ones).
 
   Returns:
     [{'id', 'inputs', 'targets'}] in document order, unique inputs.
   """
+  if task not in _EXAMPLE_MAKERS:
+    raise ValueError(f"task must be one of {sorted(_EXAMPLE_MAKERS)}, got "
+                     f"{task!r}")
+  make = _EXAMPLE_MAKERS[task]
   out, seen = [], set(exclude)
   for d in pre.documents:
     if not d.is_python:
       continue
     for fn in corpus_lib.extract_functions(d.text, f"{d.source}/{d.path}"):
-      ex = corpus_lib.docstring_example(fn)
+      ex = make(fn)
       if ex is not None and ex["inputs"] not in seen:
         seen.add(ex["inputs"])
         out.append(ex)
   return out
 
 
+def docstring_examples(pre: PretrainCorpus,
+                       exclude: frozenset[str] = frozenset()) -> list[dict]:
+  """'t5_docstring'-style examples of every Python document's functions
+  (:func:`task_examples`)."""
+  return task_examples(pre, "t5_docstring", exclude)
+
+
 __all__ = [
     "DEFAULT_MAX_BYTES", "Document", "PRETRAIN_SEED", "PretrainCorpus",
     "build", "contains_held_out", "docstring_examples", "held_out_inputs",
-    "list_site_files", "site_packages_dir",
+    "list_site_files", "site_packages_dir", "task_examples",
 ]

@@ -70,3 +70,44 @@ def test_max_bytes_stops_selection(stdlib, site):
 def test_missing_site_packages_is_a_clear_error(tmp_path):
   with pytest.raises(ValueError, match="does not exist"):
     pretraining.list_site_files(os.path.join(str(tmp_path), "nope"))
+
+
+SCALE = '''\
+def scale(values, factor):
+    """Multiply every value by the given factor.
+
+    Returns a new list.
+    """
+    out = [v * factor for v in values]
+    return out
+'''
+
+
+def test_task_examples_of_the_pretraining_files(stdlib, site):
+  """Both tasks' examples of the pretraining files' functions (the extra
+  distillation inputs of scripts/train_default_models.py), minus excluded
+  inputs."""
+  write(site, "pkg_b/util.py", SCALE + "# padding\n" * 60)
+  c = corpus.build(stdlib)
+  pre = pretraining.build(c, site)
+  t5 = {e["inputs"]: e["targets"]
+        for e in pretraining.task_examples(pre, "t5_docstring")}
+  scale_src = ("def scale(values, factor):\n"
+               "    out = [v * factor for v in values]\n    return out")
+  assert t5[scale_src] == "Multiply every value by the given factor."
+  assert pretraining.docstring_examples(pre) == pretraining.task_examples(
+      pre, "t5_docstring")
+  gemma = {e["inputs"]: e["targets"]
+           for e in pretraining.task_examples(pre, "gemma_completion")}
+  prompt = [p for p in gemma if p.startswith("def scale(")]
+  assert len(prompt) == 1
+  assert "Multiply every value" in prompt[0]
+  assert gemma[prompt[0]] == scale_src.split(":\n", 1)[1]
+  # The stdlib training file's function is there too; excluded inputs not.
+  assert any(p.startswith("def area(") for p in gemma)
+  left = pretraining.task_examples(pre, "gemma_completion",
+                                   exclude=frozenset(prompt))
+  assert len(left) == len(gemma) - 1
+  assert not any(e["inputs"].startswith("def scale(") for e in left)
+  with pytest.raises(ValueError, match="task must be one of"):
+    pretraining.task_examples(pre, "t5_summaries")

@@ -111,3 +111,33 @@ def test_output_pass_is_the_models_greedy_rollout_and_is_reused(
                                       "student_greedy", decoding.Greedy(),
                                       "small")
   assert again == ids and stats2 == stats
+
+
+def test_extra_examples_leave_out_used_inputs_and_are_a_fixed_subset(
+    tmp_path, monkeypatch):
+  from specdec_jax.eval import corpus as corpus_lib
+  from specdec_jax.eval import pretraining
+  from tests.eval.test_corpus import MOD, write
+  root = str(tmp_path / "lib")
+  write(root, "pkg/shapes.py", MOD)
+  site = str(tmp_path / "site")
+  for i in range(6):
+    write(site, f"p{i}/m.py", f'def f{i}(a):\n    """Return the value '
+          f'number {i} of a.\n    """\n    b = a + {i}\n    return b\n' +
+          "# padding\n" * 60)
+  corpus = corpus_lib.build(root)
+  pre = pretraining.build(corpus, site)
+  script = _script()
+  task = "gemma_completion"
+  train = corpus.examples[task]["train"]
+  fam = script.Family(task=task, spec=None, tok=None, train_rows=[],
+                      val_rows=[], examples={"train": train})
+  every = script.extra_examples(fam, corpus, pre, smoke=False)
+  used = pretraining.held_out_inputs(corpus) | {e["inputs"] for e in train}
+  assert len(every) >= 6 and not any(e["inputs"] in used for e in every)
+  assert sorted(e["inputs"] for e in every) == sorted(
+      e["inputs"] for e in pretraining.task_examples(pre, task, used))
+  monkeypatch.setattr(script.plan, "EXTRA_INPUTS", 3)
+  some = script.extra_examples(fam, corpus, pre, smoke=False)
+  assert len(some) == 3 and all(e in every for e in some)
+  assert some == script.extra_examples(fam, corpus, pre, smoke=False)
