@@ -245,7 +245,9 @@ def report_markdown(meta: dict) -> str:
            f"(hash {meta['pretraining']['files_hash'][:16]}). Metrics in "
            "percent on the test split, greedy decoding; loss = mean token "
            "cross-entropy of the targets (+EOS) under teacher forcing; "
-           "acceptance = greedy SpecDecode (gamma 5) against the large model.",
+           "acceptance = accepted / drafted tokens of greedy SpecDecode "
+           "(gamma 5) against the large model; alpha = accepted / (accepted "
+           "+ rejections), the per-token acceptance rate of the papers.",
            ""]
   for task, rep in meta["pairs"].items():
     ev = rep.get("evaluation") or {}
@@ -272,16 +274,19 @@ def report_markdown(meta: dict) -> str:
           + " | ".join(_fmt(r[m]) for m in metrics) +
           f" | {100 * r['repetition_loop_fraction']:.1f}% | "
           f"{_fmt(acc, 3)} | {train_s.get(level, 0):.0f} |")
-    acc = ev["acceptance"]
-    lines += ["", f"Greedy SpecDecode acceptance: small>large "
-              f"{acc['small>large']:.3f}, medium>large {acc['medium>large']:.3f}"
-              f", small>medium {acc['small>medium']:.3f}; tokens per verifier "
+    acc, alpha = ev["acceptance"], ev.get("alpha", {})
+    pairs = ("small>large", "medium>large", "small>medium")
+    lines += ["", "Greedy SpecDecode acceptance: " + ", ".join(
+        f"{k} {acc[k]:.3f}" + (f" (alpha {alpha[k]:.3f})" if k in alpha
+                               else "") for k in pairs) +
+              "; tokens per verifier "
               f"call {ev['tokens_per_call']['small>large']:.2f} / "
               f"{ev['tokens_per_call']['medium>large']:.2f} / "
               f"{ev['tokens_per_call']['small>medium']:.2f}; SpecDecode output "
               f"equals the verifier's (target-only) output on "
               f"{100 * min(ev['spec_equals_target'].values()):.1f}% of the "
-              f"examples, for every drafter/verifier pair. At T=1, small>large acceptance "
+              f"examples, for every drafter/verifier pair. At T=1, "
+              f"small>large acceptance "
               f"{ev['acceptance_t1_small>large']:.3f}.", "",
               f"CPU step time (1 token, batch 1): small {cost['small']['step_ms']}"
               f" ms, medium {cost['medium']['step_ms']} ms, large "

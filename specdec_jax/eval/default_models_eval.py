@@ -113,7 +113,7 @@ def decode(pair: dm.DefaultPair, method, examples: Sequence[dict],
   order = sorted(range(len(examples)),
                  key=lambda i: len(examples[i]["inputs"]))
   preds = [None] * len(examples)
-  stats = dict(tokens=0, drafted=0, accepted=0, verifier_calls=0,
+  stats = dict(tokens=0, drafted=0, accepted=0, rejected=0, verifier_calls=0,
                drafter_calls=0, seconds=0.0)
   for lo in range(0, len(order), size):
     idx = order[lo:lo + size]
@@ -134,6 +134,8 @@ def decode(pair: dm.DefaultPair, method, examples: Sequence[dict],
                      ("verifier_calls", out.verifier_calls),
                      ("drafter_calls", out.drafter_calls)):
       stats[key] += int(arr[:n].sum())
+    if out.level_rejected is not None:  # rounds ended by a rejection (top)
+      stats["rejected"] += int(out.level_rejected[:n, -1].sum())
   return preds, stats
 
 
@@ -166,7 +168,11 @@ def evaluate_family(pair: dm.DefaultPair, examples: Sequence[dict],
     {'examples': n,
      'levels': {level: {'loss', metrics..., 'repetition_loop_fraction',
                         'mean_words', 'mean_tokens'}},
-     'acceptance': {'small>large': greedy SpecDecode acceptance rate, ...},
+     'acceptance': {'small>large': greedy SpecDecode acceptance rate
+                    (accepted / drafted tokens, gamma = GAMMA), ...},
+     'alpha': {'small>large': accepted / (accepted + rejections): the
+               per-token acceptance rate of the papers, independent of
+               gamma, ...},
      'tokens_per_call': {...}, 'spec_equals_target': {...}}
   """
   from specdec_jax import decoding  # pylint: disable=g-import-not-at-top
@@ -174,7 +180,7 @@ def evaluate_family(pair: dm.DefaultPair, examples: Sequence[dict],
   tok, spec = pair.tokenizer, pair.spec
   make = batch_maker(spec, tok.eos_id, 0.0)
   rows = tokenize(tok, spec, examples)
-  report = dict(examples=len(examples), levels={}, acceptance={},
+  report = dict(examples=len(examples), levels={}, acceptance={}, alpha={},
                 tokens_per_call={}, spec_equals_target={})
   greedy_out = {}
   target_only = decoding.make_method("target_only")
@@ -197,6 +203,8 @@ def evaluate_family(pair: dm.DefaultPair, examples: Sequence[dict],
                           batch_size=batch_size)
     report["acceptance"][key] = round(stats["accepted"] / stats["drafted"],
                                       5)
+    report["alpha"][key] = round(stats["accepted"] / max(
+        stats["accepted"] + stats["rejected"], 1), 5)
     report["tokens_per_call"][key] = round(
         stats["tokens"] / stats["verifier_calls"], 4)
     report["spec_equals_target"][key] = round(float(np.mean(

@@ -141,3 +141,41 @@ def test_extra_examples_leave_out_used_inputs_and_are_a_fixed_subset(
   some = script.extra_examples(fam, corpus, pre, smoke=False)
   assert len(some) == 3 and all(e in every for e in some)
   assert some == script.extra_examples(fam, corpus, pre, smoke=False)
+
+
+def test_evaluate_family_on_a_tiny_three_size_family():
+  """dme.evaluate_family (the report's numbers) on tiny random models:
+  SpecDecode equals target-only for every pair, acceptance is accepted /
+  drafted and alpha is accepted / (accepted + rejections), as a direct
+  ``generate`` measures them."""
+  import dataclasses
+  from specdec_jax import decoding, models
+  from specdec_jax.eval import default_models as dm
+  from specdec_jax.eval import default_models_eval as dme
+  from tests.decoding.pairs import _noisy  # pylint: disable=protected-access
+  script = _script()
+  fam, large, lp = _tiny_family(script)
+  small_cfg = dataclasses.replace(large.config, num_decoder_layers=1)
+  small = models.model_from_config(small_cfg)
+  sp = dict(lp, decoder={k: v for k, v in lp["decoder"].items()
+                         if k != "layers_1"})
+  sp = _noisy(sp, 2, 0.3)
+  medium_p = _noisy(lp, 3, 0.1)
+  pair = dm.DefaultPair(fam.task, small, large, sp, lp, fam.tok,
+                        fam.spec.metrics, 12, True, fam.spec,
+                        medium=large, m_params=medium_p)
+  exs = fam.examples["train"]
+  rep = dme.evaluate_family(pair, exs, batch_size=8)
+  assert set(rep["levels"]) == set(dm.LEVELS)
+  keys = {f"{q}>{p}" for q, p in dme.ACCEPTANCE_PAIRS}
+  assert set(rep["acceptance"]) == set(rep["alpha"]) == keys
+  assert all(v == 1.0 for v in rep["spec_equals_target"].values())
+  _, out = pair.generate(decoding.make_method("spec_decode"), exs,
+                         drafter="small", verifier="large", gamma=dme.GAMMA,
+                         request_ids=list(range(len(exs))))
+  a, d = out.accepted.sum(), out.drafted.sum()
+  r = out.level_rejected[:, -1].sum()
+  assert 0 < a < d and r > 0
+  assert rep["acceptance"]["small>large"] == round(a / d, 5)
+  assert rep["alpha"]["small>large"] == round(a / (a + r), 5)
+  assert rep["alpha"]["small>large"] > rep["acceptance"]["small>large"]
