@@ -48,12 +48,15 @@ class FlaxDecodeModel(abc.ABC):
     exit_layer: run only the first ``exit_layer`` decoder layers, then the
       final norm and the LM head (see :func:`early_exit`); None runs all.
       The params tree is always the full one.
+    masks_cached_slots: ``step`` accepts a mask over the last M cached slots
+      (``models/masks.py``), so tree drafting feeds each level once.
   """
 
   config: Any
   exit_layer: int | None = None
 
   is_encoder_decoder: ClassVar[bool] = False
+  masks_cached_slots: ClassVar[bool] = True
 
   def __post_init__(self):
     n = self.num_decoder_layers
@@ -187,10 +190,12 @@ class FlaxDecodeModel(abc.ABC):
       tokens: [B, K] int32 block, written at slots ``[lengths, lengths+K)``.
       cache: the KVCache; every length advances by K.
       positions: optional [B, K] int32 absolute positions; default
-        ``lengths[:, None] + arange(K)``.
+        ``lengths[:, None] + arange(K)``. [B, M + K] with a mask over M
+        cached slots (their key positions first).
       mask: optional [B, K, K] bool in-block mask (``mask[b, i, j]``: token
         i may attend to token j); default causal. The cached prefix is
         always visible (see ``models/masks.py`` and ``interface.py``).
+        [B, K, M + K] also re-describes the last M cached slots.
       logits_at: optional [B] int32 block index (only that position's
         logits are projected) or [B, P] int32 indices (P positions).
 

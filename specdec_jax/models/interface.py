@@ -11,6 +11,10 @@ Attributes:
     vocab_size: int, rows of the output distribution (logits' last axis).
     is_encoder_decoder: bool.
     eos_id: int id that ends a row, or None (never stop early).
+    masks_cached_slots: optional bool, default False. True declares that
+        ``step`` also takes the cached-slot form of ``positions`` / ``mask``
+        below; tree drafting then feeds each tree level once instead of the
+        whole block prefix per level (same logits, fewer tokens).
 
 Methods (shapes: B rows, N tokens per block, T cache slots, V vocabulary):
 
@@ -47,6 +51,13 @@ What ``step`` must do:
 * Token trees: with parent pointers, ``positions = lengths + depth(node)``
   and ``mask[i, j] = j is an ancestor of i or j == i``; the logits of every
   node then equal an uncached forward of prefix + that node's path.
+* Cached-slot form (only for a model with ``masks_cached_slots = True``):
+  positions [B, M + N] and mask [B, N, M + N] also describe the last M
+  cached slots ``[lengths - M, lengths)``: column j < M is that slot, with
+  key position ``positions[b, j]``, visible to block token i iff
+  ``mask[b, i, j]``; columns M.. are the block. Slots before
+  ``lengths - M`` stay visible at their own positions; columns before slot
+  0 are ignored. ``models/masks.step_masks`` implements it.
 * With positions and mask both None, a step must cost what a plain causal
   block costs (the chain decoders call it that way).
 
@@ -62,7 +73,9 @@ What the decode loops feed:
 * Catch-up blocks (a model that fell behind) use ``logits_at`` to project
   only the last real token of a right-padded block.
 * Tree drafting feeds the tree's levels under the ancestor mask and asks,
-  with ``logits_at`` [B, P], only for the logits of the newest level's nodes.
+  with ``logits_at`` [B, P], only for the logits of the newest level's nodes:
+  one level per call in the cached-slot form, else the block prefix of every
+  depth <= k at call k (the plain in-block mask).
 * Rollback after a rejection: ``cache.with_lengths(new_lengths)``; tree
   acceptance: ``cache.commit(start, path, count)``. Models only need to
   keep ``KVCache`` semantics (lengths + per-layer K/V buffers).
@@ -161,6 +174,10 @@ def check_decode_model(model: Any, what: str = "model") -> None:
   if not isinstance(model.is_encoder_decoder, (bool, np.bool_)):
     raise ValueError(f"{name}.is_encoder_decoder must be a bool, got "
                      f"{model.is_encoder_decoder!r}")
+  cached = getattr(model, "masks_cached_slots", False)
+  if not isinstance(cached, (bool, np.bool_)):
+    raise ValueError(f"{name}.masks_cached_slots must be a bool (True only if "
+                     f"step takes the cached-slot mask form), got {cached!r}")
   eos = model.eos_id
   if eos is not None and (isinstance(eos, bool)
                           or not isinstance(eos, (int, np.integer))):

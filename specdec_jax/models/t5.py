@@ -159,8 +159,10 @@ class T5Stack(nn.Module):
     Args:
       x: [B, K, d] embedded block.
       cache: KVCache of the run layers.
-      positions: [B, K] int32 or None (``lengths + arange(K)``).
-      mask: [B, K, K] bool in-block mask or None (causal).
+      positions: [B, K] or [B, M + K] int32, or None (``lengths +
+        arange(K)``).
+      mask: [B, K, K] bool in-block mask, [B, K, M + K] (also over the last
+        M cached slots; ``models/masks.py``), or None (causal).
       logits_at: [B] or [B, P] int32, or None.
     """
     k = x.shape[1]

@@ -81,6 +81,29 @@ def test_block_mask_worked_example():
   assert np.asarray(vis[0, 2]).nonzero()[0].tolist() == [2, 4]
 
 
+def test_cached_slot_form_worked_example():
+  """The same tree with the root and child 1 already cached (slots 2, 3):
+  child 2 alone is fed at slot 4, and the mask's first M = 2 columns
+  re-describe slots 2 and 3 (root visible, sibling hidden, both keys at
+  their tree positions). Row 1: lengths 1 < M = 2, so column 0 addresses no
+  slot and slot 0 is a plain prefix slot."""
+  lengths = jnp.array([4, 1])
+  pos = jnp.array([[2, 3, 3], [7, 0, 1]])
+  mask = jnp.array([[[1, 0, 1]], [[0, 1, 1]]], bool)
+  q_pos, k_pos, got = masks.step_masks(lengths, 1, 6, (None, 2), pos, mask)
+  np.testing.assert_array_equal(q_pos, [[3], [1]])
+  np.testing.assert_array_equal(k_pos, [[0, 1, 2, 3, 3, 5],
+                                        [0, 1, 2, 3, 4, 5]])
+  assert np.asarray(got[None][0, 0]).nonzero()[0].tolist() == [0, 1, 2, 4]
+  assert np.asarray(got[2][0, 0]).nonzero()[0].tolist() == [2, 4]
+  assert np.asarray(got[None][1, 0]).nonzero()[0].tolist() == [0, 1]
+  # Hiding the cached slot of row 1 hides it even though it precedes the
+  # block.
+  hidden = mask.at[1, 0, 1].set(False)
+  _, _, got = masks.step_masks(lengths, 1, 6, (None,), pos, hidden)
+  assert np.asarray(got[None][1, 0]).nonzero()[0].tolist() == [1]
+
+
 def test_default_masks_are_the_causal_ones():
   lengths = jnp.array([3, 0])
   q_pos, k_pos, got = masks.step_masks(lengths, 2, 6, (None, 2), None, None)
@@ -102,5 +125,13 @@ def test_step_argument_shapes_are_checked():
     masks.check_step_args(toks, np.zeros((2, 4)), None, None)
   with pytest.raises(ValueError, match=r"mask must have shape \(2, 3, 3\)"):
     masks.check_step_args(toks, None, np.zeros((2, 3), bool), None)
+  with pytest.raises(ValueError, match=r"mask must have shape .*re-describe"):
+    masks.check_step_args(toks, None, np.zeros((2, 3, 2), bool), None)
+  with pytest.raises(ValueError, match=r"positions must have shape \(2, 5\)"
+                     r".*covers 2 cached slots"):
+    masks.check_step_args(toks, np.zeros((2, 3)), np.zeros((2, 3, 5), bool),
+                          None)
+  masks.check_step_args(toks, np.zeros((2, 5)), np.zeros((2, 3, 5), bool),
+                        None)
   with pytest.raises(ValueError, match="mask must be bool"):
     masks.check_step_args(toks, None, np.zeros((2, 3, 3), np.int32), None)

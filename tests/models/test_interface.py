@@ -84,6 +84,12 @@ def test_attribute_types_and_encoder_are_checked():
   with pytest.raises(ValueError, match="eos_id must be an int or None"):
     check_decode_model(Minimal(eos_id="1"))
 
+  class Flagged(Minimal):
+    masks_cached_slots = "yes"
+
+  with pytest.raises(ValueError, match="masks_cached_slots must be a bool"):
+    check_decode_model(Flagged())
+
   class EncDec(Minimal):
     is_encoder_decoder = True
 

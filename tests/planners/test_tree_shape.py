@@ -7,7 +7,9 @@ import pytest
 
 from specdec_jax import decoding
 from specdec_jax.decoding import planners
+from specdec_jax.decoding.loops.tree_drafting import PrefixFed
 from specdec_jax.decoding.planners import calibration, tree_shape
+from tests.decoding.pairs import tiny_pair
 
 Topology = decoding.Topology
 
@@ -67,19 +69,31 @@ def test_a_chain_is_optimal_with_one_rank():
   assert value == pytest.approx(sum(0.8**i for i in range(1, 6)))
 
 
-def _costs(drafter, verifier, widths=tuple(range(1, 70)), overhead=0.0):
+def _costs(drafter, verifier, widths=tuple(range(1, 70)), overhead=0.0,
+           level_fed=False):
   return calibration.Costs(tuple(widths), tuple(map(drafter, widths)),
-                         tuple(map(verifier, widths)), overhead)
+                           tuple(map(verifier, widths)), overhead, level_fed)
 
 
 def test_block_seconds_by_hand():
-  topo = Topology.kary(2, 2)  # compiled drafter calls feed 1, 3, 7 tokens
+  topo = Topology.kary(2, 2)  # prefix-fed drafter calls feed 1, 3, 7 tokens
   costs = _costs(lambda w: w, lambda w: 10 * w, overhead=0.5)
   assert tree_shape.block_seconds(topo, costs) == 1 + 3 + 7 + 70 + 0.5
   # catchup: calls 0 and 1 only, plus a 1-token step when a depth-2 node
   # is accepted: P = (0.5, 0.25) per rank; depth-2 reach = (0.5 + 0.25)^2.
   got = tree_shape.block_seconds(topo, costs, "catchup", (0.5, 0.5))
   assert got == pytest.approx(1 + 3 + 0.75**2 + 70 + 0.5)
+  # A level-fed drafter: the root, then the 2 and 4 nodes of each level.
+  level = _costs(lambda w: w, lambda w: 10 * w, overhead=0.5, level_fed=True)
+  assert tree_shape.block_seconds(topo, level) == 1 + 2 + 4 + 70 + 0.5
+
+
+def test_measured_costs_know_how_the_drafter_is_fed():
+  d, v, qp, pp = tiny_pair("gemma")
+  kw = dict(widths=(1, 2), iters=1, repeats=1)
+  assert calibration.measure_costs(d, v, qp, pp, **kw).drafter_level_fed
+  assert not calibration.measure_costs(PrefixFed(d), v, qp, pp,
+                                       **kw).drafter_level_fed
 
 
 def test_plan_without_costs_maximises_tokens_per_call():

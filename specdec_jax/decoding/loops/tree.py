@@ -143,8 +143,8 @@ def runs_as_chain(cfg: TreeConfig) -> bool:
   A chain-shaped tree (one child per node) whose proposal draws rank 0 from
   S(q) (every kind but 'top_k') drafts, verifies and samples exactly as the
   chain loop of gamma = its depth, with the same keys (tested in
-  tests/decoding/test_tree_decode.py); the chain loop feeds the drafter one
-  token per call instead of re-feeding the block prefix, so it is faster.
+  tests/decoding/test_tree_decode.py); the chain loop needs no per-level
+  masks or logits gathers, so it is faster.
   """
   return cfg.topology.is_chain and cfg.proposal != "top_k"
 

@@ -1,18 +1,31 @@
 """The tree draft phase: the drafter fills a token tree level by level.
 
 The block is ``[root = pending, node_0, ..., node_{N-1}]`` (breadth-first).
-Drafter call k (k = 0..D) feeds the block prefix holding every node of depth
-<= k (``verify.tree.call_widths``; nodes not drawn yet are placeholders that
-nobody attends to) at positions ``lengths + depth`` under the ancestor mask,
-so the logits at the depth-k nodes are those of their root-to-node paths.
-The children of the depth-k nodes are then drawn rank by rank (the
-proposals of ``verify/tree.py``). Each call rewrites the block at the same
-slots (the cache length is reset after each), so after the last call the
-drafter's cache holds every node's keys and values and the accepted path
-is kept with ``cache.commit``. The last call (k = D) also gives q at the
-depth-D leaves, which cascade targets need at the bonus position; with
-``sync='catchup'`` it is skipped and a depth-D node on the accepted path
-is fed at the start of the next draft phase instead.
+Drafter call k (k = 0..D) computes the logits at the depth-k nodes under the
+ancestor mask, at positions ``lengths + depth``, so they are those of their
+root-to-node paths. The children of the depth-k nodes are then drawn rank
+by rank (the proposals of ``verify/tree.py``). Every node's keys and values
+land at block slot ``start + j``; the cache length is reset to the block
+start after each call, so after the last call the drafter's cache holds
+every node and the accepted path is kept with ``cache.commit``. The last
+call (k = D) also gives q at the depth-D leaves, which cascade targets need
+at the bonus position; with ``sync='catchup'`` it is skipped and a depth-D
+node on the accepted path is fed at the start of the next draft phase
+instead.
+
+How a call feeds the drafter depends on the model:
+
+* A model with ``masks_cached_slots = True`` (the built-in T5 and Gemma; see
+  ``models/interface.py``) is fed each level ONCE: call k writes the depth-k
+  nodes (``level_bounds[k]`` block positions) after the cached shallower
+  levels, and its mask re-describes the last ``call_widths[k-1] + 1`` cached
+  slots (ancestors visible, other branches hidden, keys at their tree
+  depths). A row whose level would run past the block end starts earlier
+  and re-writes a few shallower nodes (same keys and values).
+* Any other model is fed the whole block prefix of depth <= k
+  (``verify.tree.call_widths``; nodes not drawn yet are placeholders nobody
+  attends to) with the plain in-block mask: same logits, more tokens per
+  call.
 
 Every block position keeps the logits and S(q) of the call that drew its
 children (``logits``, ``sq``), so verification sees exactly the proposals
@@ -20,6 +33,9 @@ the children were drawn from.
 """
 
 from __future__ import annotations
+
+import dataclasses
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -53,6 +69,97 @@ class TreeDraft:
   cache: KVCache
   start: jax.Array
   calls: jax.Array
+
+
+def incremental_drafting(drafter) -> bool:
+  """Whether tree drafting feeds ``drafter`` one level per call."""
+  return bool(getattr(drafter, "masks_cached_slots", False))
+
+
+@dataclasses.dataclass(frozen=True)
+class PrefixFed:
+  """``model`` seen without the cached-slot step form: tree drafting feeds
+  it the block prefix per level (the form every model supports). Used to
+  compare the two feeds (tests, ``scripts/bench_tree_feeds.py``).
+
+  Attributes:
+    model: any decode model; every other attribute is read from it.
+  """
+
+  model: Any
+  masks_cached_slots = False
+
+  def __getattr__(self, name):
+    if name == "model":  # not set yet (copy / unpickle)
+      raise AttributeError(name)
+    return getattr(self.model, name)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Feed:
+  """The arguments of one tree-drafting call (built while tracing).
+
+  Attributes:
+    tokens: [B, W] int32 block fed.
+    offset: [B] int32 block position of its first token.
+    base: [B] int32 cache slot of the block's root.
+    positions: [B, M + W] int32 or None.
+    mask: [B, W, M + W] bool or None.
+  """
+
+  tokens: jax.Array
+  offset: jax.Array
+  base: jax.Array
+  positions: jax.Array | None
+  mask: jax.Array | None
+
+  def cache_at(self, cache: KVCache) -> KVCache:
+    """The cache with every row's length at the fed block's first slot."""
+    return cache.with_lengths(self.base + self.offset)
+
+  def logits_at(self, pos: jax.Array) -> jax.Array:
+    """[B, P] indices into the fed block of block positions ``pos``."""
+    rel = pos - self.offset[:, None]
+    return jnp.clip(rel, 0, self.tokens.shape[1] - 1)
+
+
+def _prefix_feed(k, toks, tree, base, shape) -> _Feed:
+  """Call k feeds the block prefix of depth <= k under the in-block mask."""
+  w = tree_lib.call_widths(*shape)[k] + 1
+  depth = tree["tree.depth"]
+  return _Feed(tokens=toks[:, :w], offset=jnp.zeros_like(base), base=base,
+               positions=base[:, None] + depth[:, :w],
+               mask=tree["tree.mask"][:, :w, :w])
+
+
+def _level_feed(k, toks, tree, base, shape) -> _Feed:
+  """Call k feeds the depth-k level after the cached shallower levels.
+
+  The fed block is block positions ``[s, s + P)`` with P = level_bounds[k]
+  and s = min(first depth-k position, N + 1 - P) (it never runs past the
+  block); the mask also covers the M = call_widths[k-1] + 1 block
+  positions before s (slots before the block root, at s < M, are prefix).
+  """
+  n = shape[0]
+  if k == 0:  # the root alone: a plain one-token step
+    return _Feed(tokens=toks[:, :1], offset=jnp.zeros_like(base), base=base,
+                 positions=None, mask=None)
+  p = tree_lib.level_bounds(*shape)[k]
+  m = tree_lib.call_widths(*shape)[k - 1] + 1
+  start = jnp.minimum(tree["tree.first"][:, k], n + 1 - p)  # [B]
+  cols = start[:, None] - m + jnp.arange(m + p)  # [B, M + P] block positions
+  in_tree = cols >= 0
+  at = jnp.clip(cols, 0, n)
+  depth = jnp.take_along_axis(tree["tree.depth"], at, axis=1)
+  positions = base[:, None] + jnp.where(in_tree, depth, cols)
+  queries = at[:, m:]  # [B, P]
+  rows = jnp.take_along_axis(tree["tree.mask"], queries[..., None],
+                             axis=1)  # [B, P, N + 1]
+  mask = jnp.take_along_axis(rows, jnp.broadcast_to(
+      at[:, None, :], rows.shape[:2] + at.shape[1:]), axis=2)  # [B, P, M + P]
+  mask = mask | ~in_tree[:, None, :]
+  return _Feed(tokens=jnp.take_along_axis(toks, queries, axis=1),
+               offset=start, base=base, positions=positions, mask=mask)
 
 
 def _catch_up(drafter, q_params, cache: KVCache, token, valid):
@@ -132,7 +239,6 @@ def draft_tree(drafter, q_params, cache: KVCache, pending: jax.Array,
     TreeDraft.
   """
   n, d_max, c_max = shape
-  widths = tree_lib.call_widths(*shape)
   bounds = tree_lib.level_bounds(*shape)
   cache = _catch_up(drafter, q_params, cache, catchup, catchup_valid)
   base = cache.lengths  # [B]
@@ -144,18 +250,20 @@ def draft_tree(drafter, q_params, cache: KVCache, pending: jax.Array,
   logits_buf = sq_buf = None
   rows = jnp.arange(b)[:, None]
   calls = d_max + int(last_call)
+  incremental = incremental_drafting(drafter)
   for k in range(calls):
-    w = widths[k] + 1
     # The block positions of depth k (contiguous, breadth-first).
     pos = tree["tree.first"][:, k:k + 1] + jnp.arange(bounds[k])  # [B, P]
-    valid = (pos < w) & (jnp.take_along_axis(
+    valid = (pos <= n) & (jnp.take_along_axis(
         depth, jnp.minimum(pos, n), axis=1) == k)
-    pos_in = jnp.minimum(pos, w - 1)
-    # Only the depth-k nodes' logits are projected (the output projection
-    # over V dominates a small drafter's block step).
-    lg, new = drafter.step(
-        q_params, toks[:, :w], cache, positions=base[:, None] + depth[:, :w],
-        mask=tree["tree.mask"][:, :w, :w], logits_at=pos_in)  # [B, P, V]
+    if incremental:
+      feed = _level_feed(k, toks, tree, base, shape)
+    else:
+      feed = _prefix_feed(k, toks, tree, base, shape)
+    lg, new = drafter.step(q_params, feed.tokens, feed.cache_at(cache),
+                           positions=feed.positions, mask=feed.mask,
+                           logits_at=feed.logits_at(pos))  # [B, P, V]
+    pos_in = jnp.minimum(pos, n)
     if lg.shape[:2] != pos_in.shape:
       raise ValueError(
           f"the drafter's step returned logits of shape {lg.shape} for "

@@ -188,12 +188,16 @@ class Costs:
     widths: measured block widths (ascending, starting at 1).
     drafter_s, verifier_s: seconds of one block step of each width.
     overhead: seconds per loop iteration outside model calls.
+    drafter_level_fed: tree drafting feeds the drafter one level per call
+      (its ``masks_cached_slots``; the built-in models) rather than the
+      block prefix per call.
   """
 
   widths: tuple[int, ...]
   drafter_s: tuple[float, ...]
   verifier_s: tuple[float, ...]
   overhead: float = 0.0
+  drafter_level_fed: bool = True
 
   def drafter(self, w: int) -> float:
     return float(np.interp(w, self.widths, self.drafter_s))
@@ -256,4 +260,5 @@ def measure_costs(drafter, verifier, q_params, p_params, batch: int = 1,
             for w in widths)
   v = tuple(_block_seconds(verifier, p_params, batch, w, iters, repeats)
             for w in widths)
-  return Costs(widths, d, v, overhead)
+  return Costs(widths, d, v, overhead,
+               bool(getattr(drafter, "masks_cached_slots", False)))

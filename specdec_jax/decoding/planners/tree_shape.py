@@ -24,11 +24,12 @@ Hardware-aware choice: with measured costs (``calibration.Costs``) of a
 drafter block of w tokens c_q(w) and a verifier block c_p(w), one block of a
 tree with N nodes, depth D and at most C children costs
 
-    sum_k c_q(1 + W_k) + c_p(N + 1)    (+ the loop's fixed overhead)
+    sum_k c_q(F_k) + c_p(N + 1)    (+ the loop's fixed overhead)
 
-with W_k the nodes of depth <= k the compiled drafter call k feeds
-(``verify.tree.call_widths``; k = 0..D when the drafter commits the tree,
-0..D-1 plus an occasional 1-token catch-up when it catches up). The plan
+with F_k the tokens compiled drafter call k feeds (``verify.tree.
+feed_widths``: the bound on the depth-k level for a level-fed drafter, the
+block prefix of depth <= k otherwise; k = 0..D when the drafter commits the
+tree, 0..D-1 plus an occasional 1-token catch-up when it catches up). The plan
 minimises cost per token over every (n, d); its predicted speedup is the
 target-only cost per token c_p(1) over that.
 
@@ -159,9 +160,10 @@ def block_seconds(topology: Topology, costs, sync: str = "commit",
                   acceptance: Sequence[float] = ()) -> float:
   """Predicted seconds of one tree block with measured ``costs``."""
   n, d, c = topology.num_nodes, topology.max_depth, topology.max_children
-  widths = tree_lib.call_widths(n, d, c)
+  feeds = tree_lib.feed_widths(n, d, c,
+                               getattr(costs, "drafter_level_fed", True))
   calls = d + 1 if sync == "commit" else d
-  total = sum(costs.drafter(widths[k] + 1) for k in range(calls))
+  total = sum(costs.drafter(feeds[k]) for k in range(calls))
   if sync != "commit":  # catch-up after a depth-D node was accepted
     probs = rank_probs(acceptance) + (0.0,) * c
     reach = []

@@ -131,6 +131,18 @@ def level_bounds(n: int, d: int, c: int) -> tuple[int, ...]:
                       for k in range(1, d + 1))
 
 
+def feed_widths(n: int, d: int, c: int, level_fed: bool) -> tuple[int, ...]:
+  """Tokens fed by tree-drafting call k = 0..D (compiled widths).
+
+  A level-fed drafter (``masks_cached_slots``) gets the root, then one
+  level per call (``level_bounds``); any other drafter gets the block
+  prefix of depth <= k (``call_widths`` + the root).
+  """
+  if level_fed:
+    return level_bounds(n, d, c)
+  return tuple(w + 1 for w in call_widths(n, d, c))
+
+
 def tree_arrays(topology: Topology, batch: int) -> dict[str, np.ndarray]:
   """The per-row arrays of a tree (host side; they travel in the Batch).
 
