@@ -33,6 +33,12 @@ state is checkpointed to ``--workdir/<task>/<stage>`` at every evaluation):
 Order: both families' large models first (``--until large`` stops there, so
 they can be checked), then teachers and drafters, then the evaluation;
 ``metadata.json`` and the Markdown report are written from the results.
+
+Several processes may share a workdir: each stage runs under a lock
+(``stage_lock.py``), so a process that reaches a stage another one is
+running waits for it and then skips it. On 2 cores, e.g.: one process per
+family (``--pairs``) plus one with ``--only medium_pretrain,small_pretrain``
+per family; then once more without ``--pairs`` for the metadata.
 """
 
 from __future__ import annotations
@@ -61,6 +67,7 @@ from specdec_jax.models import model_from_config
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import default_models_plan as plan  # pylint: disable=g-import-not-at-top,wrong-import-position
+from stage_lock import stage_lock  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 STAGES = ("large_pretrain", "large", "teacher", "medium_pretrain", "medium",
           "small_pretrain", "small", "eval")
@@ -221,6 +228,16 @@ def _write_json(path: str, obj, indent: int | None = 1) -> None:
   os.replace(path + ".tmp", path)
 
 
+def require_done(fam, args, stage: str, *needs: str) -> None:
+  """Raises RuntimeError naming the first of ``needs`` not finished."""
+  for need in needs:
+    if stage_done(os.path.join(args.workdir, fam.task, need)) is None:
+      raise RuntimeError(
+          f"{fam.task}/{stage} needs the finished '{need}' stage in "
+          f"{args.workdir}; run it first (it is in the default order, or "
+          f"--only {need})")
+
+
 def mark_done(workdir: str, report: dict) -> None:
   _write_json(os.path.join(workdir, "done.json"), report)
 
@@ -252,6 +269,8 @@ def stage_train(fam: Family, stage: str, args, corpus, pre,
   if done and not args.force:
     return done
   st = plan.stage(fam.task, stage, args.smoke, args.smoke_steps)
+  if stage == "large":
+    require_done(fam, args, stage, "large_pretrain")
   t0 = time.perf_counter()
   if stage == "large":  # fine-tune the pretrained large model
     model = model_from_config(plan.arch(fam.task, "large", fam.tok))
@@ -386,6 +405,7 @@ def stage_teacher(fam: Family, args, progress: Progress) -> dict:
   done = stage_done(wd)
   if done and not args.force:
     return done
+  require_done(fam, args, "teacher", "large")
   t0 = time.perf_counter()
   model, params = load_saved(os.path.join(args.out, fam.task,
                                           dm.LEVEL_DIRS["large"]))
@@ -433,14 +453,15 @@ def stage_distill(fam: Family, level: str, args, progress: Progress) -> dict:
   done = stage_done(wd)
   if done and not args.force:
     return done
+  require_done(fam, args, level, f"{level}_pretrain", "teacher")
   st = plan.stage(fam.task, level, args.smoke, args.smoke_steps)
   st2 = plan.stage(fam.task, f"{level}_onpolicy", args.smoke,
                    args.smoke_steps)
+  tdir = os.path.join(args.workdir, fam.task, "teacher")
   t0 = time.perf_counter()
   model = model_from_config(plan.arch(fam.task, level, fam.tok))
   params = _load_npz_params(os.path.join(
       args.workdir, fam.task, f"{level}_pretrain", "final_params.npz"), model)
-  tdir = os.path.join(args.workdir, fam.task, "teacher")
   rows = distill_lib.load_rows(os.path.join(tdir, "train.npz"))
   if os.path.isfile(os.path.join(tdir, "extra.npz")):
     rows += distill_lib.load_rows(os.path.join(tdir, "extra.npz"))
@@ -495,6 +516,7 @@ def stage_eval(fam: Family, args, progress: Progress) -> dict:
   done = stage_done(wd)
   if done and not args.force:
     return done
+  require_done(fam, args, "eval", "large", "medium", "small")
   t0 = time.perf_counter()
   pair = dm.load(fam.task, assets=args.out)
   test = fam.examples["test"]
@@ -571,6 +593,18 @@ def write_metadata(args, corpus, pre, families: dict, reports: dict) -> None:
   log(f"wrote {path}")
 
 
+def run_stage(fam: Family, stage: str, args, corpus, pre,
+              progress: Progress) -> dict:
+  """Runs (or, once done, skips) one stage of one family."""
+  if stage == "large" or stage.endswith("_pretrain"):
+    return stage_train(fam, stage, args, corpus, pre, progress)
+  if stage == "teacher":
+    return stage_teacher(fam, args, progress)
+  if stage in ("medium", "small"):
+    return stage_distill(fam, stage, args, progress)
+  return stage_eval(fam, args, progress)
+
+
 def main():
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--out", default=dm.ASSETS)
@@ -645,15 +679,10 @@ def main():
       continue
     fam = families[task]
     log(f"=== {task}: {stage}")
-    if stage == "large" or stage.endswith("_pretrain"):
-      rep = stage_train(fam, stage, args, corpus, pre, progress)
-    elif stage == "teacher":
-      rep = stage_teacher(fam, args, progress)
-    elif stage in ("medium", "small"):
-      rep = stage_distill(fam, stage, args, progress)
-    else:
-      rep = stage_eval(fam, args, progress)
-    reports[task][stage] = rep
+    with stage_lock(os.path.join(args.workdir, task, f"{stage}.lock"),
+                    f"{task}/{stage}", log):
+      reports[task][stage] = run_stage(fam, stage, args, corpus, pre,
+                                       progress)
   if only:
     log(f"done with {only} in {time.perf_counter() - t0:.0f}s (--only: "
         "metadata not written)")
