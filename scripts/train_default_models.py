@@ -200,7 +200,8 @@ def run_training(name: str, model, params, cfg, items, make, batch_size,
                            log=lambda s: log(f"{name}: {s}"))
   hist = result.history
   rates = [h["tokens_per_s"] for h in hist if "tokens_per_s" in h]
-  report = dict(steps=cfg.steps, batch_size=batch_size,
+  ran = max((h["step"] for h in hist), default=0)
+  report = dict(steps=cfg.steps, steps_run=ran, batch_size=batch_size,
                 train_config=dataclasses.asdict(cfg),
                 best_step=result.best_step,
                 best_eval_objective=result.best_eval_loss,
@@ -286,11 +287,16 @@ def stage_train(fam: Family, stage: str, args, corpus, pre,
   best, report = run_training(f"{fam.task}/{stage}", model, params,
                               st.config, items, make, st.batch_size,
                               val_batches(fam), wd)
-  if stage.endswith("_pretrain"):  # keep the last params (still improving)
+  keep_last = stage.endswith("_pretrain") or st.keep == "last"
+  if keep_last:  # pretraining: still improving; see plan.Stage.keep
     state = train_lib.restore_state(wd, train_lib.init_state(
         params, st.config))
-    last = jax.device_get(state[0].params) if state else best
-    _save_npz_params(os.path.join(wd, "final_params.npz"), last)
+    best = jax.device_get(state[0].params) if state else best
+    report["kept_step"] = int(state[0].step) if state else report["best_step"]
+  else:
+    report["kept_step"] = report["best_step"]
+  if stage.endswith("_pretrain"):
+    _save_npz_params(os.path.join(wd, "final_params.npz"), best)
   else:
     out = os.path.join(args.out, fam.task, dm.LEVEL_DIRS["large"])
     report.update(save_model(out, model, best))

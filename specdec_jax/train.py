@@ -77,6 +77,10 @@ class TrainConfig:
       stopped.
     cycle_decay: cycle k peaks at ``learning_rate * cycle_decay**k``; each
       restart warms up from the previous cycle's final value.
+    patience: stop early once this many evaluations in a row have not
+      improved on the best evaluation loss (0: never stop early). The best
+      parameters are what a run returns either way, so stopping changes
+      them only if a later evaluation would have improved.
   """
 
   steps: int = 1000
@@ -92,6 +96,7 @@ class TrainConfig:
   seed: int = 0
   cycle_lengths: tuple[int, ...] = ()
   cycle_decay: float = 1.0
+  patience: int = 0
 
   def __post_init__(self):
     if self.steps < 1:
@@ -110,6 +115,15 @@ class TrainConfig:
       raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
     if self.eval_every < 1 or self.log_every < 1:
       raise ValueError("eval_every and log_every must be >= 1")
+    if self.patience < 0:
+      raise ValueError(f"patience must be >= 0 (0: no early stop), got "
+                       f"{self.patience}")
+
+  def out_of_patience(self, done: int, best_step: int) -> bool:
+    """Whether a run at step ``done`` whose best evaluation was at
+    ``best_step`` has gone ``patience`` evaluations without improving."""
+    return self.patience > 0 and (done - best_step >= self.patience
+                                  * self.eval_every)
 
 
 @flax.struct.dataclass
@@ -632,6 +646,10 @@ def train(model, params, cfg: TrainConfig,
   t0 = time.perf_counter()
   window_t, window_tokens, losses = t0, 0.0, []
   for step in range(start, cfg.steps):
+    if eval_batches and cfg.out_of_patience(step, best_step):
+      say(f"early stop at step {step}: {cfg.patience} evaluations without "
+          f"improvement (best {best_loss:.4f} at {best_step})")
+      break
     batch = next(stream)
     state, metrics = train_step(state, batch)
     losses.append(metrics["loss"])

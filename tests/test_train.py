@@ -77,6 +77,8 @@ def test_config_errors():
                       cycle_decay=0.0)
   with pytest.raises(ValueError, match=r"shortest cycle = 4\), got 4"):
     train.TrainConfig(steps=10, warmup_steps=4, cycle_lengths=(6, 4))
+  with pytest.raises(ValueError, match="patience must be >= 0"):
+    train.TrainConfig(patience=-1)
 
 
 def test_warm_restart_schedule():
@@ -247,6 +249,43 @@ def test_resume_after_kill_matches_uninterrupted(tmp_path):
   other = train.init_state(fresh_params("t5_tiny"), cfg)
   with pytest.raises(ValueError, match="another model or optimizer"):
     train.restore_state(str(tmp_path / "a"), other)
+
+
+def test_patience_stops_after_evaluations_without_improvement(
+    tmp_path, monkeypatch):
+  """Scripted evaluation losses 3, 2, 2.5, 2.6, 1: with patience 2 the run
+  stops after the 4th step (two evaluations without improving on step 2)
+  and returns step 2's parameters; a resumed run stops at once."""
+  model = tiny("gemma2_tiny")
+  rows = lm_rows() * 2
+  make = lambda xs: train.lm_batch(xs, (8,), EOS)
+  scripted = iter([3.0, 2.0, 2.5, 2.6, 1.0])
+  monkeypatch.setattr(train, "evaluate_objective",
+                      lambda *a, **k: next(scripted))
+  cfg = train.TrainConfig(steps=8, learning_rate=1e-2, warmup_steps=1,
+                          eval_every=1, log_every=1, patience=2)
+  stream = lambda start: train.bucketed_stream(rows, make, 2, len, seed=0,
+                                               start_step=start)
+  lines = []
+  out = train.train(model, fresh_params("gemma2_tiny"), cfg, stream,
+                    [make(rows[:4])], workdir=str(tmp_path), log=lines.append)
+  assert out.best_step == 2 and out.best_eval_loss == 2.0
+  assert [h["step"] for h in out.history if "eval_loss" in h] == [1, 2, 3, 4]
+  assert lines[-1] == ("early stop at step 4: 2 evaluations without "
+                       "improvement (best 2.0000 at 2)")
+  best = train._load_tree(str(tmp_path / train.BEST_FILE), out.params)[0]  # pylint: disable=protected-access
+  for x, y in zip(jax.tree.leaves(best), jax.tree.leaves(out.params)):
+    np.testing.assert_array_equal(x, y)
+  lines.clear()
+  again = train.train(model, fresh_params("gemma2_tiny"), cfg, stream,
+                      [make(rows[:4])], workdir=str(tmp_path),
+                      log=lines.append)
+  assert lines[1].startswith("early stop at step 4")
+  assert again.best_step == 2
+  assert next(scripted) == 1.0  # no further evaluation ran
+  # Without patience the same losses run to the end.
+  assert not cfg.out_of_patience(3, 2)
+  assert not train.TrainConfig(patience=0).out_of_patience(10**6, 0)
 
 
 def manual_kl(logits, teacher_idx, teacher_logp, weights):

@@ -179,3 +179,17 @@ def test_evaluate_family_on_a_tiny_three_size_family():
   assert rep["acceptance"]["small>large"] == round(a / d, 5)
   assert rep["alpha"]["small>large"] == round(a / (a + r), 5)
   assert rep["alpha"]["small>large"] > rep["acceptance"]["small>large"]
+
+
+def test_plan_stages_keep_best_or_last_and_the_large_stages_stop_early():
+  plan = _script().plan
+  t5, gemma = (plan.stage(t, "large") for t in ("t5_docstring",
+                                                 "gemma_completion"))
+  assert (t5.keep, gemma.keep) == ("last", "best")
+  assert t5.config.patience == gemma.config.patience == 8
+  # Smoke runs keep the choice (the pipeline check covers both branches).
+  assert plan.stage("t5_docstring", "large", smoke=True).keep == "last"
+  assert plan.describe()["stages"]["t5_docstring/large"]["keep"] == "last"
+  import pytest
+  with pytest.raises(ValueError, match="keep must be 'best' or 'last'"):
+    plan.Stage(t5.config, 8, keep="final")
