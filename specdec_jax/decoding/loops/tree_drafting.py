@@ -23,9 +23,9 @@ How a call feeds the drafter depends on the model:
   depths). A row whose level would run past the block end starts earlier
   and re-writes a few shallower nodes (same keys and values).
 * Any other model is fed the whole block prefix of depth <= k
-  (``verify.tree.call_widths``; nodes not drawn yet are placeholders nobody
-  attends to) with the plain in-block mask: same logits, more tokens per
-  call.
+  (``verify.tree.call_widths``; nodes of deeper levels hold the pad id and
+  no query attends to them) with the plain in-block mask: same logits, more
+  tokens per call.
 
 Every block position keeps the logits and S(q) of the call that drew its
 children (``logits``, ``sq``), so verification sees exactly the proposals
