@@ -37,6 +37,15 @@ EXTRA_INPUTS = 8000  # teacher-only distillation inputs from the pretraining fil
 SLICE_EXAMPLES = 16  # test slice re-evaluated exactly by the tests
 SMOKE_EXAMPLES = 40
 SMOKE_PRETRAIN_BYTES = 2**20
+# Pretraining text per family (eval/pretraining.py selection budget). The
+# T5 family pretrains on the text's docstring examples plus prefix-LM pairs:
+# 32 MiB gave 12,282 docstring examples, which the large model saw ~3 times
+# in 2,400 steps, and it ended data-limited (its task validation loss
+# 3.587 vs the medium's 3.664). 128 MiB gives 41,944 examples (measured on
+# the build machine), less than one pass. The Gemma family reads windows of
+# the whole text and saw 32 MiB about once.
+PRETRAIN_BYTES = {"t5_docstring": 128 * 2**20,
+                  "gemma_completion": 32 * 2**20}
 CHECK_EXAMPLES = 96  # validation examples decoded after the large stage
 
 
@@ -178,6 +187,7 @@ def describe(smoke: bool = False, smoke_steps: int = 4) -> dict:
               for (t, s), st in ((k, stage(*k, smoke, smoke_steps))
                                  for k in STAGES)},
       data_seed=DATA_SEED, prompt_weight=PROMPT_WEIGHT, lm_window=LM_WINDOW,
+      pretrain_bytes=dict(PRETRAIN_BYTES),
       prefix_lm=[PREFIX_INPUT, PREFIX_TARGET], top_k=TOP_K,
       teacher_seed=TEACHER_SEED, extra_inputs=EXTRA_INPUTS, smoke=smoke)
 
@@ -260,13 +270,18 @@ def _fmt(x, digits=2):
 
 def report_markdown(meta: dict) -> str:
   """The Markdown report of ``metadata.json`` (formatting only)."""
+  pre = meta["pretraining"]
+  if "files_hash" in pre:  # one text for every family (older metadata)
+    pre = {task: pre for task in meta["pairs"]}
+  texts = "; ".join(
+      f"{task} {len(p['files'])} files, {p['max_bytes'] / 2**20:.0f} MiB "
+      f"(hash {p['files_hash'][:16]})" for task, p in pre.items())
   lines = ["# Built-in default models: three sizes per family", "",
            f"Produced by `{meta['command']}` (python {meta['python']}, jax "
            f"{meta['jax']}, {meta['machine']}). Task corpus: the CPython "
            f"standard library at `{meta['corpus']['stdlib_root']}` (hash "
            f"{meta['corpus']['corpus_hash'][:16]}), held-out split by file; "
-           f"pretraining text: {len(meta['pretraining']['files'])} files "
-           f"(hash {meta['pretraining']['files_hash'][:16]}). Metrics in "
+           f"pretraining text: {texts}. Metrics in "
            "percent on the test split, greedy decoding; loss = mean token "
            "cross-entropy of the targets (+EOS) under teacher forcing; "
            "acceptance = accepted / drafted tokens of greedy SpecDecode "

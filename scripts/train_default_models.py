@@ -52,6 +52,7 @@ import sys
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from specdec_jax import decoding
@@ -103,6 +104,7 @@ class Family:
   train_rows: list
   val_rows: list
   examples: dict
+  pre: pretrain_lib.PretrainCorpus | None = None
   pretrain_items: list | None = None
   pretrain_make: object | None = None
 
@@ -125,7 +127,7 @@ def build_tokenizer(task: str, corpus, out_dir: str, force: bool):
   return tok
 
 
-def pretrain_data(fam: Family, pre, corpus, workdir: str):
+def pretrain_data(fam: Family, corpus, workdir: str):
   """(items, make_batch) of the family's pretraining stream (cached).
 
   Gemma: windows of ``plan.LM_WINDOW + 1`` ids of the concatenated
@@ -135,6 +137,7 @@ def pretrain_data(fam: Family, pre, corpus, workdir: str):
   """
   if fam.pretrain_items is not None:
     return fam.pretrain_items, fam.pretrain_make
+  pre = fam.pre
   path = os.path.join(workdir, fam.task, "pretrain_tokens.npz")
   if os.path.isfile(path):
     with np.load(path) as f:
@@ -262,7 +265,7 @@ def val_batches(fam: Family, rows=None):
   return [make(rows[i:i + 32]) for i in range(0, len(rows), 32)]
 
 
-def stage_train(fam: Family, stage: str, args, corpus, pre,
+def stage_train(fam: Family, stage: str, args, corpus,
                 progress: Progress) -> dict:
   """large_pretrain / large / {medium,small}_pretrain: cross-entropy stages."""
   wd = os.path.join(args.workdir, fam.task, stage)
@@ -283,7 +286,7 @@ def stage_train(fam: Family, stage: str, args, corpus, pre,
     level = stage.split("_")[0]
     model = model_from_config(plan.arch(fam.task, level, fam.tok))
     params = train_lib.init_params(model, st.config.seed)
-    items, make = pretrain_data(fam, pre, corpus, args.workdir)
+    items, make = pretrain_data(fam, corpus, args.workdir)
   best, report = run_training(f"{fam.task}/{stage}", model, params,
                               st.config, items, make, st.batch_size,
                               val_batches(fam), wd)
@@ -329,13 +332,29 @@ def check_large(fam: Family, out: str) -> dict:
 
 
 def _save_npz_params(path: str, params) -> None:
-  train_lib._save_tree(path, params)  # pylint: disable=protected-access
+  """A pretraining stage's result, rounded to bfloat16 (:func:`to_bf16`)."""
+  train_lib._save_tree(path, to_bf16(params))  # pylint: disable=protected-access
 
 
 def _load_npz_params(path: str, model):
+  """The next stage's float32 start: the saved bfloat16-rounded values."""
   like = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype),
                       model.param_shapes())
-  return train_lib._load_tree(path, like)[0]  # pylint: disable=protected-access
+  params = train_lib._load_tree(path, like)[0]  # pylint: disable=protected-access
+  return to_bf16(params)
+
+
+def to_bf16(params):
+  """``params`` rounded to bfloat16 and back to their dtype.
+
+  Every stage starts from its input stage's parameters rounded like this
+  (the shipped checkpoints are bfloat16 too), so a build restored from a
+  committed snapshot (``scripts/default_models_snapshot.py``, which stores
+  bfloat16) continues exactly as an uninterrupted one.
+  """
+  return jax.tree.map(
+      lambda x: np.asarray(np.asarray(x).astype(jnp.bfloat16)).astype(
+          np.asarray(x).dtype), params)
 
 
 # -------------------------------------------------------------- distillation
@@ -391,13 +410,13 @@ def _output_pass(fam: Family, model, params, wd: str, split: str, name: str,
   return ids, cached["stats"]
 
 
-def extra_examples(fam: Family, corpus, pre, smoke: bool) -> list[dict]:
+def extra_examples(fam: Family, corpus, smoke: bool) -> list[dict]:
   """More task inputs for distillation: the task's examples of the
   pretraining files' functions, minus held-out and training inputs; a fixed
   random ``plan.EXTRA_INPUTS`` of them (their targets are not used)."""
   used = pretrain_lib.held_out_inputs(corpus) | frozenset(
       e["inputs"] for e in fam.examples["train"])
-  exs = pretrain_lib.task_examples(pre, fam.task, used)
+  exs = pretrain_lib.task_examples(fam.pre, fam.task, used)
   order = np.random.default_rng(plan.DATA_SEED).permutation(len(exs))
   n = plan.SMOKE_EXAMPLES if smoke else plan.EXTRA_INPUTS
   return [exs[i] for i in order[:n]]
@@ -555,7 +574,13 @@ def stage_eval(fam: Family, args, progress: Progress) -> dict:
 # ---------------------------------------------------------------- metadata
 
 
-def write_metadata(args, corpus, pre, families: dict, reports: dict) -> None:
+def _pretraining_meta(pre, max_bytes: int) -> dict:
+  return dict(site_packages=pre.site_packages, files_hash=pre.files_hash,
+              max_bytes=max_bytes, seed=pretrain_lib.PRETRAIN_SEED,
+              stats=pre.stats, files=pre.file_list())
+
+
+def write_metadata(args, corpus, families: dict, reports: dict) -> None:
   path = os.path.join(args.out, dm.METADATA)
   pairs = {}
   tokenizers = {}
@@ -590,20 +615,27 @@ def write_metadata(args, corpus, pre, families: dict, reports: dict) -> None:
           skip_dirs=sorted(corpus_lib.SKIP_DIRS), stats=corpus.stats,
           examples_hash={t: corpus.examples_hash(t) for t in corpus_lib.TASKS},
           files=list(corpus.files)),
-      pretraining=dict(
-          site_packages=pre.site_packages, files_hash=pre.files_hash,
-          max_bytes=args.pretrain_bytes, seed=pretrain_lib.PRETRAIN_SEED,
-          stats=pre.stats, files=pre.file_list()),
+      pretraining={task: _pretraining_meta(
+          fam.pre, pretrain_bytes(args, task))
+                   for task, fam in families.items()},
       tokenizers=tokenizers, pairs=pairs)
   _write_json(path, meta)
   log(f"wrote {path}")
 
 
-def run_stage(fam: Family, stage: str, args, corpus, pre,
+def pretrain_bytes(args, task: str) -> int:
+  """Bytes of pretraining text for ``task``: --pretrain_bytes, else the
+  plan's budget (the smoke budget with --smoke)."""
+  if args.pretrain_bytes:
+    return args.pretrain_bytes
+  return plan.SMOKE_PRETRAIN_BYTES if args.smoke else plan.PRETRAIN_BYTES[task]
+
+
+def run_stage(fam: Family, stage: str, args, corpus,
               progress: Progress) -> dict:
   """Runs (or, once done, skips) one stage of one family."""
   if stage == "large" or stage.endswith("_pretrain"):
-    return stage_train(fam, stage, args, corpus, pre, progress)
+    return stage_train(fam, stage, args, corpus, progress)
   if stage == "teacher":
     return stage_teacher(fam, args, progress)
   if stage in ("medium", "small"):
@@ -631,8 +663,9 @@ def main():
                   default=pretrain_lib.site_packages_dir(),
                   help="pip packages' directory read for pretraining text "
                   "('' for stdlib only)")
-  ap.add_argument("--pretrain_bytes", type=int,
-                  default=pretrain_lib.DEFAULT_MAX_BYTES)
+  ap.add_argument("--pretrain_bytes", type=int, default=0,
+                  help="bytes of pretraining text for every family (0: the "
+                  "plan's per-family budget, plan.PRETRAIN_BYTES)")
   ap.add_argument("--eval_limit", type=int, default=0,
                   help="evaluate on the first N test examples (0: all)")
   ap.add_argument("--force", action="store_true",
@@ -659,12 +692,7 @@ def main():
   progress = Progress(args.workdir)
   corpus = corpus_lib.default_corpus()
   log(f"corpus: {len(corpus.files)} files, hash {corpus.corpus_hash[:16]}")
-  if args.smoke and args.pretrain_bytes == pretrain_lib.DEFAULT_MAX_BYTES:
-    args.pretrain_bytes = plan.SMOKE_PRETRAIN_BYTES
-  pre = pretrain_lib.build(corpus, args.site_packages or None,
-                           args.pretrain_bytes)
-  log(f"pretraining text: {len(pre.documents)} files, hash "
-      f"{pre.files_hash[:16]}, {json.dumps(pre.stats)}")
+  pres = {}  # max bytes -> PretrainCorpus (built once per budget)
   families, reports = {}, {t: {} for t in tasks}
   for task in tasks:
     spec = dm.TASKS[task]
@@ -674,7 +702,13 @@ def main():
       exs = {s: v[:plan.SMOKE_EXAMPLES] for s, v in exs.items()}
     fam = Family(task, spec, tok, dme.tokenize(tok, spec, exs["train"]),
                  dme.tokenize(tok, spec, exs["validation"]), exs)
-    exs["extra"] = extra_examples(fam, corpus, pre, args.smoke)
+    n = pretrain_bytes(args, task)
+    if n not in pres:
+      pres[n] = pretrain_lib.build(corpus, args.site_packages or None, n)
+      log(f"pretraining text ({n:,} bytes): {len(pres[n].documents)} files, "
+          f"hash {pres[n].files_hash[:16]}, {json.dumps(pres[n].stats)}")
+    fam.pre = pres[n]
+    exs["extra"] = extra_examples(fam, corpus, args.smoke)
     families[task] = fam
   order = [(s, t) for s in ("large_pretrain", "large") for t in tasks]
   order += [(s, t) for t in tasks for s in STAGES[2:-1]]
@@ -687,13 +721,12 @@ def main():
     log(f"=== {task}: {stage}")
     with stage_lock(os.path.join(args.workdir, task, f"{stage}.lock"),
                     f"{task}/{stage}", log):
-      reports[task][stage] = run_stage(fam, stage, args, corpus, pre,
-                                       progress)
+      reports[task][stage] = run_stage(fam, stage, args, corpus, progress)
   if only:
     log(f"done with {only} in {time.perf_counter() - t0:.0f}s (--only: "
         "metadata not written)")
     return
-  write_metadata(args, corpus, pre, families, reports)
+  write_metadata(args, corpus, families, reports)
   if last == STAGES.index("eval") and args.report:
     with open(os.path.join(args.out, dm.METADATA)) as f:
       meta = json.load(f)

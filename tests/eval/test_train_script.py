@@ -131,16 +131,16 @@ def test_extra_examples_leave_out_used_inputs_and_are_a_fixed_subset(
   task = "gemma_completion"
   train = corpus.examples[task]["train"]
   fam = script.Family(task=task, spec=None, tok=None, train_rows=[],
-                      val_rows=[], examples={"train": train})
-  every = script.extra_examples(fam, corpus, pre, smoke=False)
+                      val_rows=[], examples={"train": train}, pre=pre)
+  every = script.extra_examples(fam, corpus, smoke=False)
   used = pretraining.held_out_inputs(corpus) | {e["inputs"] for e in train}
   assert len(every) >= 6 and not any(e["inputs"] in used for e in every)
   assert sorted(e["inputs"] for e in every) == sorted(
       e["inputs"] for e in pretraining.task_examples(pre, task, used))
   monkeypatch.setattr(script.plan, "EXTRA_INPUTS", 3)
-  some = script.extra_examples(fam, corpus, pre, smoke=False)
+  some = script.extra_examples(fam, corpus, smoke=False)
   assert len(some) == 3 and all(e in every for e in some)
-  assert some == script.extra_examples(fam, corpus, pre, smoke=False)
+  assert some == script.extra_examples(fam, corpus, smoke=False)
 
 
 def test_evaluate_family_on_a_tiny_three_size_family():
