@@ -290,14 +290,18 @@ def stage_train(fam: Family, stage: str, args, corpus,
   best, report = run_training(f"{fam.task}/{stage}", model, params,
                               st.config, items, make, st.batch_size,
                               val_batches(fam), wd)
-  keep_last = stage.endswith("_pretrain") or st.keep == "last"
-  if keep_last:  # pretraining: still improving; see plan.Stage.keep
+  keep = "last" if stage.endswith("_pretrain") else st.keep
+  report["kept_step"] = report["best_step"]
+  if keep != "best":  # pretraining: still improving; see plan.Stage.keep
     state = train_lib.restore_state(wd, train_lib.init_state(
         params, st.config))
-    best = jax.device_get(state[0].params) if state else best
-    report["kept_step"] = int(state[0].step) if state else report["best_step"]
-  else:
-    report["kept_step"] = report["best_step"]
+    if state is not None and int(state[0].step) != report["best_step"]:
+      last, last_step = jax.device_get(state[0].params), int(state[0].step)
+      if keep == "last":
+        best, report["kept_step"] = last, last_step
+      else:
+        best, report["kept_step"], report["candidates"] = choose_by_metric(
+            fam, model, {report["best_step"]: best, last_step: last}, wd)
   if stage.endswith("_pretrain"):
     _save_npz_params(os.path.join(wd, "final_params.npz"), best)
   else:
@@ -310,6 +314,28 @@ def stage_train(fam: Family, stage: str, args, corpus,
       k: report[k] for k in ("best_eval_objective", "train_seconds",
                              "tokens_per_s", "wall_seconds")})
   return report
+
+
+def choose_by_metric(fam: Family, model, candidates: dict, wd: str):
+  """(params, step, checks) of the candidate with the best greedy
+  validation metric (:func:`check_large` of each, saved as shipped; the
+  first candidate, the best-loss one, wins a tie).
+
+  Args:
+    candidates: {step: params}, best-loss step first.
+  """
+  metric = fam.spec.metrics[0]
+  checks, best_step = {}, None
+  for step, params in candidates.items():
+    out = os.path.join(wd, f"candidate_{step}")
+    save_model(out, model, params)
+    checks[str(step)] = check_large(fam, out)
+    if best_step is None or checks[str(step)][metric] > checks[str(
+        best_step)][metric]:
+      best_step = step
+  log(f"{fam.task}/large: keeping step {best_step} ({metric} "
+      + ", ".join(f"{s}: {c[metric]}" for s, c in checks.items()) + ")")
+  return candidates[best_step], best_step, checks
 
 
 def check_large(fam: Family, out: str) -> dict:

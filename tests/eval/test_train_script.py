@@ -181,15 +181,40 @@ def test_evaluate_family_on_a_tiny_three_size_family():
   assert rep["alpha"]["small>large"] > rep["acceptance"]["small>large"]
 
 
-def test_plan_stages_keep_best_or_last_and_the_large_stages_stop_early():
+def test_plan_stages_keep_by_metric_and_the_large_stages_stop_early():
   plan = _script().plan
   t5, gemma = (plan.stage(t, "large") for t in ("t5_docstring",
                                                  "gemma_completion"))
-  assert (t5.keep, gemma.keep) == ("last", "best")
+  assert (t5.keep, gemma.keep) == ("metric", "metric")
   assert t5.config.patience == gemma.config.patience == 8
-  # Smoke runs keep the choice (the pipeline check covers both branches).
-  assert plan.stage("t5_docstring", "large", smoke=True).keep == "last"
-  assert plan.describe()["stages"]["t5_docstring/large"]["keep"] == "last"
+  # Smoke runs keep the choice.
+  assert plan.stage("t5_docstring", "large", smoke=True).keep == "metric"
+  assert plan.describe()["stages"]["t5_docstring/large"]["keep"] == "metric"
   import pytest
-  with pytest.raises(ValueError, match="keep must be 'best' or 'last'"):
+  with pytest.raises(ValueError, match="keep must be one of"):
     plan.Stage(t5.config, 8, keep="final")
+
+
+def test_choose_by_metric_keeps_the_better_greedy_metric(tmp_path,
+                                                          monkeypatch):
+  """Each candidate is saved as shipped and checked; the better primary
+  metric wins (loops lower ROUGE-2, so a looping best-loss step loses), the
+  best-loss candidate (listed first) wins a tie."""
+  script = _script()
+  fam = script.Family(task="t5_docstring",
+                      spec=script.dm.TASKS["t5_docstring"], tok=None,
+                      train_rows=[], val_rows=[], examples={})
+  saved, scores = [], {"candidate_150": 3.31, "candidate_550": 4.56}
+  monkeypatch.setattr(script, "save_model",
+                      lambda out, model, params: saved.append(
+                          (os.path.basename(out), params)))
+  monkeypatch.setattr(script, "check_large", lambda fam, out: dict(
+      rouge2=scores[os.path.basename(out)], repetition_loop_fraction=0.0))
+  params, step, checks = script.choose_by_metric(
+      fam, None, {150: "p150", 550: "p550"}, str(tmp_path))
+  assert (params, step) == ("p550", 550)
+  assert saved == [("candidate_150", "p150"), ("candidate_550", "p550")]
+  assert checks["150"]["rouge2"] == 3.31 and checks["550"]["rouge2"] == 4.56
+  scores["candidate_550"] = 3.31
+  assert script.choose_by_metric(fam, None, {150: "a", 550: "b"},
+                                 str(tmp_path))[:2] == ("a", 150)
