@@ -213,16 +213,21 @@ def test_bucketed_stream_deterministic_resumable_and_sorted():
     next(train.bucketed_stream(items, make, 11, len, seed=0))
 
 
-def test_resume_after_kill_matches_uninterrupted(tmp_path):
+def resume_case():
+  """(model, params, cfg, stream, evals) of a 6-step tiny Gemma run that
+  checkpoints at step 3 (the resume tests)."""
   model = tiny("gemma2_tiny")
   rows = lm_rows() * 2
   make = lambda xs: train.lm_batch(xs, (8,), EOS)
   cfg = train.TrainConfig(steps=6, learning_rate=1e-2, warmup_steps=1,
                           eval_every=3, log_every=3)
-  evals = [make(rows[:4])]
   stream = lambda start: train.bucketed_stream(rows, make, 2, len, seed=0,
                                                start_step=start)
-  params = fresh_params("gemma2_tiny")
+  return model, fresh_params("gemma2_tiny"), cfg, stream, [make(rows[:4])]
+
+
+def test_resume_after_kill_matches_uninterrupted(tmp_path):
+  model, params, cfg, stream, evals = resume_case()
   train.train(model, params, cfg, stream, evals, workdir=str(tmp_path / "a"),
               log=None)
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from specdec_jax import train
-from tests.test_train import EOS, fresh_params, lm_rows, tiny
+from tests.test_train import resume_case
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 
@@ -168,15 +168,7 @@ def test_a_stage_resumed_from_a_snapshot_continues_the_run(tmp_path):
   """Train 6 steps; separately train 3, snapshot, restore into a fresh
   workdir and finish: the resumed run starts at step 3 and ends where the
   uninterrupted one does, up to the bfloat16 rounding of the step-3 state."""
-  model = tiny("gemma2_tiny")
-  rows = lm_rows() * 2
-  make = lambda xs: train.lm_batch(xs, (8,), EOS)
-  cfg = train.TrainConfig(steps=6, learning_rate=1e-2, warmup_steps=1,
-                          eval_every=3, log_every=3)
-  evals = [make(rows[:4])]
-  stream = lambda start: train.bucketed_stream(rows, make, 2, len, seed=0,
-                                               start_step=start)
-  params = fresh_params("gemma2_tiny")
+  model, params, cfg, stream, evals = resume_case()
   full = train.train(model, params, cfg, stream, evals, log=None)
 
   def stops_after_3(start):
