@@ -27,7 +27,9 @@ What is kept (everything else is recomputed by the build, deterministically):
                                                 values: exact)
   <stage>[/onpolicy]/train_state.npz,           a stage in progress that has
   best_params.npz, history.json                 trained >= --min_running_minutes,
-                                                as bfloat16 (see below)
+                                                as bfloat16 (see below; no
+                                                best_params for pretraining,
+                                                which keeps its last)
   teacher/*_outputs.json, <level>/*_outputs.json
                                                 finished decode passes
 
@@ -52,7 +54,8 @@ import shutil
 
 import numpy as np
 
-STATE_FILES = ("train_state.npz", "best_params.npz")
+BEST_FILE = "best_params.npz"
+STATE_FILES = ("train_state.npz", BEST_FILE)
 BF16_PREFIX = "bf16__"
 MANIFEST = "manifest.json"
 # stage -> the stages that read its result (its result is kept while one of
@@ -163,7 +166,10 @@ def plan_files(workdir: str, out: str, min_running_seconds: float = 0.0
         for sub in ("", "onpolicy"):  # in progress: its training state(s)
           d = f"{rel}/{sub}".rstrip("/")
           for name in STATE_FILES:
-            add("pack", workdir, "workdir", f"{d}/{name}")
+            # A pretraining stage keeps its last parameters: its best ones
+            # are not needed to resume.
+            if not (stage.endswith("_pretrain") and name == BEST_FILE):
+              add("pack", workdir, "workdir", f"{d}/{name}")
           add("copy", workdir, "workdir", f"{d}/history.json")
   if os.path.isdir(out):
     for root, _, names in os.walk(out):

@@ -75,6 +75,8 @@ def _fake_build(tmp_path):
        leaf_00000=np.float32([0.25]))
   _npz(str(gm / "large_pretrain" / "train_state.npz"),
        leaf_00000=np.float32([4.0]))
+  _npz(str(gm / "large_pretrain" / "best_params.npz"),  # not needed
+       leaf_00000=np.float32([4.0]))
   _npz(str(wd / "xla_cache" / "t5_docstring" / "x.npz"), a=np.zeros(2))
   _write(str(out / "t5_docstring" / "tokenizer.model"), "spm")
   _write(str(out / "t5_docstring" / "verifier" / "config.json"), "{}")
