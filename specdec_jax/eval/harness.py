@@ -426,6 +426,8 @@ def _rows(pair: Pair, cfg: RunConfig, ex_ids: Sequence[str], res,
         drafter_calls=int(res.drafter_calls[j]),
         accepted=int(res.accepted[j]), drafted=int(res.drafted[j]),
         deferrals=float(res.deferrals[j]), max_new_tokens=max_new)
+    if res.level_rejected is not None:  # verification rounds ending in a
+      row["rejected"] = int(res.level_rejected[j, -1])  # rejection (top)
     if len(runs) > 1:
       row["batch_latency_runs_s"] = list(runs)
     if cfg.hierarchy:  # [K + 1] per level, cheapest first

@@ -66,7 +66,11 @@ class Aggregate:
       without a target-only run).
     tokens_per_s: generated tokens / decode seconds.
     mean_tokens: mean generated tokens per example.
-    acceptance_rate: accepted / drafted drafts (None without drafts).
+    acceptance_rate: accepted / drafted drafts (None without drafts); it
+      depends on gamma (vLLM's "draft acceptance rate").
+    alpha: accepted / (accepted + rejections): the fraction of accept tests
+      passed, the per-token acceptance rate alpha of Leviathan et al. (None
+      without drafts, or for rows recorded before rejections were).
     deferral_rate: deferral mass per generated token.
     block_efficiency: generated tokens per verifier call (None without
       verifier calls).
@@ -84,6 +88,7 @@ class Aggregate:
   acceptance_rate: float | None
   deferral_rate: float | None
   block_efficiency: float | None
+  alpha: float | None = None
 
   @property
   def score(self) -> float:
@@ -124,6 +129,14 @@ def setting_of(pair: str, cfg: RunConfig) -> tuple:
 
 def _ratio(num: float, den: float) -> float | None:
   return num / den if den else None
+
+
+def _alpha(rows: Sequence[Mapping]) -> float | None:
+  """accepted / (accepted + rejections) over rows that record both."""
+  if not rows or any("rejected" not in r for r in rows):
+    return None
+  accepted = sum(r["accepted"] for r in rows)
+  return _ratio(accepted, accepted + sum(r["rejected"] for r in rows))
 
 
 def aggregate(rows: Sequence[Mapping], targets: Mapping[str, object],
@@ -185,7 +198,7 @@ def aggregate(rows: Sequence[Mapping], targets: Mapping[str, object],
         mean_tokens=tokens / len(g),
         acceptance_rate=_ratio(sum(r["accepted"] for r in g), drafted),
         deferral_rate=_ratio(sum(r["deferrals"] for r in g), tokens),
-        block_efficiency=_ratio(tokens, calls)))
+        block_efficiency=_ratio(tokens, calls), alpha=_alpha(g)))
   return out
 
 
@@ -369,9 +382,9 @@ def results_table(aggs: Sequence[Aggregate]) -> str:
     metric = next(iter(by_curve.values()))[0].metric
     lines += [f"### {setting_title(setting)}", "",
               f"| method | gamma | knobs | {metric} | rel. latency | "
-              f"latency ms | tokens/s | accept rate | deferral rate | "
-              f"tokens/call | n |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              f"latency ms | tokens/s | accept rate | alpha | "
+              f"deferral rate | tokens/call | n |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (method, gamma, draft), pts in by_curve.items():
       name = method_cell(method, draft, pts[0].config.label)
       for a in pts:
@@ -379,7 +392,8 @@ def results_table(aggs: Sequence[Aggregate]) -> str:
             f"| {name} | {gamma or '-'} | {a.config.knob_str or '-'} | "
             f"{a.score:.2f} | {_f(a.relative_latency)} | "
             f"{1e3 * a.mean_latency_s:.1f} | {a.tokens_per_s:.1f} | "
-            f"{_f(a.acceptance_rate)} | {_f(a.deferral_rate)} | "
+            f"{_f(a.acceptance_rate)} | {_f(a.alpha)} | "
+            f"{_f(a.deferral_rate)} | "
             f"{_f(a.block_efficiency)} | {a.num_examples} |")
     lines.append("")
   return "\n".join(lines)

@@ -4,8 +4,9 @@ The numbers ``scripts/train_default_models.py`` recorded in ``metadata.json``
 are checked against a re-evaluation: the fixed test slice is decoded again
 here and must give the recorded numbers; the quality ordering (large >
 medium > small), the repetition rates, the FLOPs ratio and the acceptance
-thresholds of the distilled drafters are asserted on the recorded full
-test-split numbers and on the slice.
+thresholds of the distilled drafters (on the per-token acceptance rate
+alpha) are asserted on the recorded full test-split numbers and on the
+slice.
 
 ``SPECDEC_TEST_DEFAULT_MODELS`` points the tests at another assets
 directory (e.g. a ``--smoke`` build), default: the package's.
@@ -47,6 +48,18 @@ def _primary(name):
   return dm.TASKS[name].metrics[0]
 
 
+def _assert_acceptance(ev):
+  """alpha >= 0.5 (small) and >= 0.7 (medium) against the large model,
+  and accepted / drafted consistent with alpha: between the i.i.d. value
+  (alpha - alpha^(g+1)) / ((1 - alpha) g) and alpha itself."""
+  assert ev["alpha"]["small>large"] >= 0.5
+  assert ev["alpha"]["medium>large"] >= 0.7
+  g = dme.GAMMA
+  for key, a in ev["alpha"].items():
+    iid = (a - a ** (g + 1)) / ((1 - a) * g)
+    assert 0.8 * iid <= ev["acceptance"][key] <= a, key
+
+
 @pytest.mark.parametrize("name", dm.PAIRS)
 def test_every_size_loads_with_the_public_api(name):
   fam = family(name)
@@ -76,9 +89,12 @@ def test_recorded_full_split_numbers_show_a_real_family(name):
   # No degenerate repetition: the large model loops less than the small.
   assert lv["large"]["repetition_loop_fraction"] < \
       lv["small"]["repetition_loop_fraction"]
-  # Distilled drafters agree with the large model (greedy SpecDecode).
-  assert ev["acceptance"]["small>large"] >= 0.5
-  assert ev["acceptance"]["medium>large"] >= 0.7
+  # Distilled drafters agree with the large model (greedy SpecDecode): the
+  # issue's thresholds on the papers' per-token acceptance rate alpha (the
+  # gamma-free quantity of Leviathan et al.'s Table 2, where T5-small drafts
+  # T5-XXL at 0.65-0.75 greedy); accepted / drafted at gamma 5 is recorded
+  # beside it and must agree with alpha under the i.i.d. model.
+  _assert_acceptance(ev)
   assert min(ev["spec_equals_target"].values()) == 1.0
   # The large model costs >= 10x the small one per decoded token.
   assert ev["cost"]["large_over_small_flops"] >= 10.0
@@ -99,5 +115,4 @@ def test_the_recorded_slice_is_reproduced_exactly(name):
   assert got == recorded
   lv, metric = got["levels"], _primary(name)
   assert lv["large"][metric] >= lv["medium"][metric] >= lv["small"][metric]
-  assert got["acceptance"]["small>large"] >= 0.5
-  assert got["acceptance"]["medium>large"] >= 0.7
+  _assert_acceptance(got)

@@ -334,6 +334,7 @@ def test_rows_match_generate_and_warmup_is_untimed(t5_pair, tmp_path):
     assert row["drafter_calls"] == int(res.drafter_calls[0])
     assert row["accepted"] == int(res.accepted[0])
     assert row["drafted"] == int(res.drafted[0])
+    assert row["rejected"] == int(res.level_rejected[0, -1])
     assert row["deferrals"] == pytest.approx(float(res.deferrals[0]))
     assert row["latency_s"] > 0
   # Rerunning skips everything.

@@ -56,6 +56,21 @@ def test_aggregate_hand_computed():
   assert c.deferral_rate == pytest.approx(1.5 / 10)
   assert c.block_efficiency == pytest.approx(10 / 4)
   assert c.mean_tokens == 5.0
+  assert c.alpha is None  # rows without rejections (older results files)
+
+
+def test_alpha_counts_accept_tests_passed():
+  casc = harness.RunConfig("spec_decode")
+  rows = [make_row(casc, "a", "x", 0.5, drafted=10, accepted=6),
+          make_row(casc, "b", "y", 0.5, drafted=5, accepted=3)]
+  rows[0]["rejected"], rows[1]["rejected"] = 2, 1
+  (c,) = report.aggregate(rows, TARGETS, ["em"], metric_fn=exact_match)
+  # 9 drafts accepted, 3 rounds ended by a rejection: 9 / 12 tests passed;
+  # the gamma-dependent rate (accepted / drafted) stays 9 / 15.
+  assert c.alpha == pytest.approx(9 / 12)
+  assert c.acceptance_rate == pytest.approx(9 / 15)
+  text = report.results_table([c])
+  assert "| 0.60 | 0.75 |" in text
 
 
 def test_baseline_is_matched_on_sampling_settings():

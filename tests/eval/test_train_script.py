@@ -218,3 +218,39 @@ def test_choose_by_metric_keeps_the_better_greedy_metric(tmp_path,
   scores["candidate_550"] = 3.31
   assert script.choose_by_metric(fam, None, {150: "a", 550: "b"},
                                  str(tmp_path))[:2] == ("a", 150)
+
+
+def test_report_table_shows_alpha_and_accepted_over_drafted():
+  """The report's family table: per size, cost ratio, losses, metrics,
+  loops, and acceptance vs the large model as 'alpha (accepted/drafted)'."""
+  plan = _script().plan
+  cost = {lv: dict(params=p, step_flops_xla=f, step_ms=m) for lv, p, f, m in
+          (("small", 10, 1e6, 0.1), ("medium", 40, 4e6, 0.3),
+           ("large", 160, 1.2e7, 0.9))}
+  levels = {lv: dict(validation_loss=v, loss=v + 0.1, bleu=b,
+                     repetition_loop_fraction=r)
+            for lv, v, b, r in (("small", 3.0, 5.0, 0.1),
+                                ("medium", 2.5, 9.0, 0.05),
+                                ("large", 2.4, 10.0, 0.02))}
+  keys = ("small>large", "medium>large", "small>medium")
+  ev = dict(examples=7, levels=levels, cost=cost,
+            acceptance=dict(zip(keys, (0.276, 0.43, 0.339))),
+            alpha=dict(zip(keys, (0.61, 0.739, 0.673))),
+            tokens_per_call=dict(zip(keys, (2.1, 2.8, 2.4))),
+            spec_equals_target=dict.fromkeys(keys, 1.0),
+            **{"acceptance_t1_small>large": 0.2})
+  meta = dict(command="x", python="3", jax="j", machine="m",
+              corpus=dict(stdlib_root="/s", corpus_hash="h" * 16),
+              pretraining=dict(g=dict(files=[1], max_bytes=2**20,
+                                      files_hash="f" * 16)),
+              pairs=dict(g=dict(evaluation=ev, stages={},
+                                task=dict(metrics=["bleu"],
+                                          max_new_tokens=8))))
+  text = plan.report_markdown(meta)
+  assert "| small | 10 | 1.00 M | 12.0x | 3.000 | 3.100 | 5.00 | 10.0% | " \
+         "0.610 (0.276) | 0 |" in text
+  assert "| medium | 40 | 4.00 M | 3.0x | 2.500 | 2.600 | 9.00 | 5.0% | " \
+         "0.739 (0.430) | 0 |" in text
+  assert "| large | 160 | 12.00 M | 1.0x | 2.400 | 2.500 | 10.00 | 2.0% | " \
+         "- | 0 |" in text
+  assert "Leviathan et al. (Table 2)" in text
