@@ -1,21 +1,12 @@
 """The paired bootstrap of scripts/family_significance.py."""
 
-import importlib.util
-import os
-import sys
-
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
-SCRIPT = os.path.join(ROOT, "scripts", "family_significance.py")
+from tests.eval import load_script
 
 
 def _script():
-  spec = importlib.util.spec_from_file_location("family_significance", SCRIPT)
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = module
-  spec.loader.exec_module(module)
-  return module
+  return load_script("family_significance")
 
 
 TARGETS = [f"return the sum of the {w} values in order" for w in
