@@ -29,6 +29,15 @@ DATA_SEED = 0
 PROMPT_WEIGHT = 0.5  # Gemma: loss weight of prompt tokens (targets: 1)
 LM_WINDOW = 256  # Gemma pretraining: ids predicted per window
 PREFIX_INPUT, PREFIX_TARGET = 96, 24  # T5 prefix-LM pretraining pairs
+# T5 sizes whose pretraining mixes prefix-LM pairs into the docstring
+# examples. Not the large one: pretrained on the 50/50 mix it read its
+# prefix-LM inputs (real vs other examples' inputs: 0.25 nats apart) but not
+# its task inputs (0.003 nats apart, even after task-tuning on 42k pairs:
+# 0.015), looped in 13.7% of its greedy test outputs and scored the worst
+# ROUGE-2 of the three sizes; a small model trained on the docstring pairs
+# alone read them (0.10 nats) at the same task loss
+# (benchmarks/results/default_models_progress.md, 2026-11-26).
+PREFIX_LM_LEVELS = {"t5_docstring": ("medium", "small")}
 TOP_K = 32  # teacher log-probabilities kept per position
 TEACHER_SEED = 1
 TEACHER_DECODE_BATCH = 512
@@ -96,15 +105,21 @@ class Stage:
       'metric' (of those two, the one whose greedy outputs score the better
       task metric on the validation check, ``CHECK_EXAMPLES`` examples;
       the best-loss one on a tie).
+    decoder_dropout: fraction of the decoder's input tokens replaced by the
+      unknown piece in training (``train.decoder_token_dropout``; 0: none).
   """
 
   config: train_lib.TrainConfig
   batch_size: int
   keep: str = "best"
+  decoder_dropout: float = 0.0
 
   def __post_init__(self):
     if self.keep not in KEEP:
       raise ValueError(f"keep must be one of {KEEP}, got {self.keep!r}")
+    if not 0.0 <= self.decoder_dropout < 1.0:
+      raise ValueError(f"decoder_dropout must be in [0, 1), got "
+                       f"{self.decoder_dropout}")
 
 
 def _cfg(steps, lr, warmup, eval_every, seed, log_every=10, patience=0):
@@ -183,7 +198,8 @@ def stage(task: str, name: str, smoke: bool = False,
   if smoke:
     cfg = dataclasses.replace(st.config, steps=smoke_steps, warmup_steps=1,
                               eval_every=smoke_steps, log_every=2)
-    st = Stage(cfg, min(st.batch_size, 8), st.keep)
+    st = dataclasses.replace(st, config=cfg,
+                             batch_size=min(st.batch_size, 8))
   return st
 
 
@@ -194,12 +210,15 @@ def describe(smoke: bool = False, smoke_steps: int = 4) -> dict:
       archs={t: {lv: native.config_to_dict(c) for lv, c in a.items()}
              for t, a in ARCHS.items()},
       stages={f"{t}/{s}": dict(batch_size=st.batch_size, keep=st.keep,
+                               decoder_dropout=st.decoder_dropout,
                                **dataclasses.asdict(st.config))
               for (t, s), st in ((k, stage(*k, smoke, smoke_steps))
                                  for k in STAGES)},
       data_seed=DATA_SEED, prompt_weight=PROMPT_WEIGHT, lm_window=LM_WINDOW,
       pretrain_bytes=dict(PRETRAIN_BYTES),
-      prefix_lm=[PREFIX_INPUT, PREFIX_TARGET], top_k=TOP_K,
+      prefix_lm=[PREFIX_INPUT, PREFIX_TARGET],
+      prefix_lm_levels={t: list(v) for t, v in PREFIX_LM_LEVELS.items()},
+      top_k=TOP_K,
       teacher_seed=TEACHER_SEED, extra_inputs=EXTRA_INPUTS, smoke=smoke)
 
 

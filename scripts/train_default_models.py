@@ -14,7 +14,8 @@ state is checkpointed to ``--workdir/<task>/<stage>`` at every evaluation):
 
   tokenizer        SentencePiece on the task's training split
   large_pretrain   the large model on plain text (``eval/pretraining.py``:
-                   training-split stdlib files + pip packages' text)
+                   training-split stdlib files + pip packages' text; T5: the
+                   text's docstring examples, see ``pretrain_data``)
   large            ... fine-tuned on the task -> ``<out>/<task>/verifier``
   teacher          the large model's greedy and sampled (T=1) outputs on the
                    training and validation inputs, greedy outputs on <= 8,000
@@ -45,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import platform
@@ -105,7 +107,8 @@ class Family:
   val_rows: list
   examples: dict
   pre: pretrain_lib.PretrainCorpus | None = None
-  pretrain_items: list | None = None
+  # {with prefix-LM pairs: items} (pretrain_data's cache) and the batch maker
+  pretrain_items: dict = dataclasses.field(default_factory=dict)
   pretrain_make: object | None = None
 
 
@@ -127,16 +130,19 @@ def build_tokenizer(task: str, corpus, out_dir: str, force: bool):
   return tok
 
 
-def pretrain_data(fam: Family, corpus, workdir: str):
-  """(items, make_batch) of the family's pretraining stream (cached).
+def pretrain_data(fam: Family, corpus, workdir: str, level: str):
+  """(items, make_batch) of ``level``'s pretraining stream (cached).
 
   Gemma: windows of ``plan.LM_WINDOW + 1`` ids of the concatenated
-  documents (BOS doc EOS ...). T5: the pretraining files' docstring examples
-  plus as many prefix-LM pairs (``plan.PREFIX_INPUT`` ids -> the next
-  ``plan.PREFIX_TARGET``) cut from the concatenated documents.
+  documents (BOS doc EOS ...). T5: the pretraining files' docstring examples,
+  for the sizes in ``plan.PREFIX_LM_LEVELS`` plus as many prefix-LM pairs
+  (``plan.PREFIX_INPUT`` ids -> the next ``plan.PREFIX_TARGET``) cut from the
+  concatenated documents.
   """
-  if fam.pretrain_items is not None:
-    return fam.pretrain_items, fam.pretrain_make
+  prefix_lm = (fam.spec.family != "gemma" and
+               level in plan.PREFIX_LM_LEVELS.get(fam.task, ()))
+  if prefix_lm in fam.pretrain_items:
+    return fam.pretrain_items[prefix_lm], fam.pretrain_make
   pre = fam.pre
   path = os.path.join(workdir, fam.task, "pretrain_tokens.npz")
   if os.path.isfile(path):
@@ -165,14 +171,17 @@ def pretrain_data(fam: Family, corpus, workdir: str):
     exs = pretrain_lib.docstring_examples(
         pre, pretrain_lib.held_out_inputs(corpus))
     items = dme.tokenize(fam.tok, fam.spec, exs)
-    step = plan.PREFIX_INPUT + plan.PREFIX_TARGET
-    starts = np.linspace(0, len(stream) - step - 1, num=len(items)).astype(
-        np.int64)
-    items += [(list(stream[s:s + plan.PREFIX_INPUT]) + [fam.tok.eos_id],
-               list(stream[s + plan.PREFIX_INPUT:s + step])) for s in starts]
+    if prefix_lm:
+      step = plan.PREFIX_INPUT + plan.PREFIX_TARGET
+      starts = np.linspace(0, len(stream) - step - 1,
+                           num=len(items)).astype(np.int64)
+      items += [(list(stream[s:s + plan.PREFIX_INPUT]) + [fam.tok.eos_id],
+                 list(stream[s + plan.PREFIX_INPUT:s + step]))
+                for s in starts]
     make = dme.batch_maker(fam.spec, fam.tok.eos_id)
-  fam.pretrain_items, fam.pretrain_make = items, make
-  log(f"{fam.task}: {len(items):,} pretraining items")
+  fam.pretrain_items[prefix_lm], fam.pretrain_make = items, make
+  log(f"{fam.task}: {len(items):,} pretraining items for the {level} model"
+      + (" (with prefix-LM pairs)" if prefix_lm else ""))
   return items, make
 
 
@@ -286,7 +295,10 @@ def stage_train(fam: Family, stage: str, args, corpus,
     level = stage.split("_")[0]
     model = model_from_config(plan.arch(fam.task, level, fam.tok))
     params = train_lib.init_params(model, st.config.seed)
-    items, make = pretrain_data(fam, corpus, args.workdir)
+    items, make = pretrain_data(fam, corpus, args.workdir, level)
+  if st.decoder_dropout:
+    make = functools.partial(_with_decoder_dropout, make, st.decoder_dropout,
+                             fam.tok.unk_id, st.config.seed)
   best, report = run_training(f"{fam.task}/{stage}", model, params,
                               st.config, items, make, st.batch_size,
                               val_batches(fam), wd)
@@ -314,6 +326,13 @@ def stage_train(fam: Family, stage: str, args, corpus,
       k: report[k] for k in ("best_eval_objective", "train_seconds",
                              "tokens_per_s", "wall_seconds")})
   return report
+
+
+def _with_decoder_dropout(make, rate: float, token_id: int, seed: int,
+                          rows):
+  """``make(rows)`` with word dropout on the decoder inputs (see
+  ``train.decoder_token_dropout``)."""
+  return train_lib.decoder_token_dropout(make(rows), rate, token_id, seed)
 
 
 def choose_by_metric(fam: Family, model, candidates: dict, wd: str):

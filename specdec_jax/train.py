@@ -41,6 +41,7 @@ import functools
 import json
 import os
 import time
+import zlib
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 import flax
@@ -466,6 +467,44 @@ def seq2seq_batch(pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
               weights=weights)
 
 
+def decoder_token_dropout(batch: Batch, rate: float, token_id: int,
+                          seed: int = 0) -> Batch:
+  """Replaces about ``rate`` of the decoder's input tokens by ``token_id``.
+
+  Word dropout (Bowman et al., 2016): the decoder sees a corrupted history,
+  so predicting the next target from the history alone (a language model of
+  the targets) works less well and an encoder-decoder model leans on its
+  encoder input instead. Targets and weights are unchanged; position 0 (the
+  decoder start or BOS) and positions whose target has weight 0 (padding)
+  keep their tokens. The corruption is a function of the batch's contents
+  and ``seed`` only, so a resumed stream corrupts every batch as the
+  uninterrupted run did.
+
+  Args:
+    batch: a :func:`seq2seq_batch` or :func:`lm_batch` batch
+      (``decoder_inputs`` [B, T], ``weights`` [B, T]).
+    rate: replacement probability per eligible position, in [0, 1).
+    token_id: the id written (e.g. the tokenizer's unknown-piece id).
+    seed: stage seed.
+
+  Returns:
+    The batch with new ``decoder_inputs`` [B, T] (the input is not changed).
+  """
+  if not 0.0 <= rate < 1.0:
+    raise ValueError(f"decoder token dropout rate must be in [0, 1), got "
+                     f"{rate}")
+  if rate == 0.0:
+    return batch
+  dec = np.asarray(batch["decoder_inputs"])
+  key = zlib.crc32(dec.tobytes()) ^ zlib.crc32(
+      np.asarray(batch["targets"]).tobytes())
+  rng = np.random.default_rng([seed, key])
+  drop = (rng.random(dec.shape) < rate) & (np.asarray(batch["weights"]) > 0)
+  drop[:, 0] = False
+  return dict(batch, decoder_inputs=np.where(drop, token_id, dec).astype(
+      dec.dtype))
+
+
 def lm_batch(rows: Sequence[tuple[Sequence[int], Sequence[int]]],
              buckets: Sequence[int], eos_id: int | None,
              prompt_weight: float = 1.0, pad_id: int = 0) -> Batch:
@@ -695,6 +734,7 @@ def train(model, params, cfg: TrainConfig,
 __all__ = [
     "Batch", "TEACHER_KEYS", "TrainConfig", "TrainResult", "TrainState",
     "batch_loss", "batch_terms", "bucketed_stream", "cross_entropy",
+    "decoder_token_dropout",
     "evaluate", "evaluate_objective", "init_params", "init_state",
     "kl_to_teacher", "learning_rate", "lm_batch", "make_eval_step",
     "make_optimizer", "make_teacher_topk", "make_terms_step",

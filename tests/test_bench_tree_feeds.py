@@ -1,24 +1,15 @@
 """scripts/bench_tree_feeds.py: tree names and the report table (the timed
 run itself is a benchmark, not a test)."""
 
-import importlib.util
-import os
-import sys
 
 import pytest
 
-SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))), "scripts")
+from tests import load_script
+
 
 
 def _load():
-  sys.path.insert(0, SCRIPTS)
-  spec = importlib.util.spec_from_file_location(
-      "bench_tree_feeds_under_test", os.path.join(SCRIPTS,
-                                                  "bench_tree_feeds.py"))
-  mod = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(mod)
-  return mod
+  return load_script("bench_tree_feeds", "bench_tree_feeds_under_test")
 
 
 def test_tree_names_and_report():

@@ -7,7 +7,6 @@ target-only greedy, HF's refusal of batched assisted generation is recorded,
 and the JSON / markdown files say the same as the returned dict.
 """
 
-import importlib.util
 import json
 import math
 import os
@@ -15,11 +14,11 @@ import sys
 
 import pytest
 
+from tests import load_script
+
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))), "scripts", "bench_vs_hf.py")
 GAMMA = 3  # --smoke sweeps gamma {3}: one spec_decode gamma in every table.
 NUM_PROMPTS = 2  # hf_batch_error needs 2; both share one padded width.
 
@@ -29,10 +28,7 @@ def _load_script():
   name = "bench_vs_hf_under_test"
   if name in sys.modules:
     return sys.modules[name]
-  spec = importlib.util.spec_from_file_location(name, SCRIPT)
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[name] = module  # dataclasses look their module up here.
-  spec.loader.exec_module(module)
+  module = load_script("bench_vs_hf", name)
   return module
 
 

@@ -7,9 +7,7 @@ says, greedy SpecDecode on the pair equals target-only, and the JSON /
 Markdown files say the same as each other.
 """
 
-import importlib.util
 import json
-import os
 import sys
 
 import jax.numpy as jnp
@@ -17,18 +15,14 @@ import numpy as np
 import pytest
 
 from specdec_jax import models
+from tests import load_script
 
-SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))), "scripts", "bench_cpu_speed_case.py")
 
 
 @pytest.fixture(scope="module")
 def bench():
   name = "bench_cpu_speed_case_under_test"
-  spec = importlib.util.spec_from_file_location(name, SCRIPT)
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[name] = module
-  spec.loader.exec_module(module)
+  module = load_script("bench_cpu_speed_case", name)
   module.SIZES = {"gemma-tiny": (32, 3, 2, 64), "gemma-tiny2": (64, 2, 2, 128)}
   module.VOCAB = 64
   yield module

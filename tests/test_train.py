@@ -119,6 +119,33 @@ def test_seq2seq_batch_exact():
     train.seq2seq_batch([], (4,), (4,), EOS)
 
 
+def test_decoder_token_dropout_is_deterministic_and_keeps_start_and_padding():
+  rows = [([5, 6, 7], list(range(10, 10 + n))) for n in (3, 9, 20, 30)] * 8
+  b = train.seq2seq_batch(rows, (4, 8), (32,), EOS)
+  d = train.decoder_token_dropout(b, 0.3, token_id=2, seed=7)
+  dec, new = b["decoder_inputs"], d["decoder_inputs"]
+  changed = new != dec
+  # Only real history positions change (never the start token, never
+  # padding), and they become the given id; the rest of the batch is as is.
+  assert not changed[:, 0].any() and not (changed & (b["weights"] == 0)).any()
+  np.testing.assert_array_equal(new[changed], 2)
+  for k in ("inputs", "targets", "weights"):
+    np.testing.assert_array_equal(d[k], b[k])
+  eligible = (b["weights"] > 0).copy()
+  eligible[:, 0] = False
+  frac = changed.sum() / eligible.sum()
+  assert 0.2 < frac < 0.4, frac  # 0.3 of ~500 positions
+  # A function of the contents and the seed: same batch again (a resumed
+  # stream) -> same corruption; another seed -> another one.
+  again = train.decoder_token_dropout(dict(b), 0.3, token_id=2, seed=7)
+  np.testing.assert_array_equal(again["decoder_inputs"], new)
+  other = train.decoder_token_dropout(b, 0.3, token_id=2, seed=8)
+  assert (other["decoder_inputs"] != new).any()
+  assert train.decoder_token_dropout(b, 0.0, 2) is b
+  with pytest.raises(ValueError, match=r"rate must be in \[0, 1\), got 1.0"):
+    train.decoder_token_dropout(b, 1.0, 2)
+
+
 def test_lm_batch_exact():
   b = train.lm_batch([([2, 5, 6], [7, 8]), ([2, 5], [7])], buckets=(4, 8),
                      eos_id=EOS, prompt_weight=0.5)

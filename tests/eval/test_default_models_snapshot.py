@@ -1,10 +1,8 @@
 """Committed build snapshots (scripts/default_models_snapshot.py): what is
 kept, exact bfloat16 round trips, and a build resumed from a snapshot."""
 
-import importlib.util
 import json
 import os
-import sys
 
 import jax
 import ml_dtypes
@@ -13,21 +11,12 @@ import pytest
 
 from specdec_jax import train
 from tests.test_train import resume_case
+from tests import load_script
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 
 
 def _load(name):
-  path = os.path.join(ROOT, "scripts", f"{name}.py")
-  spec = importlib.util.spec_from_file_location(name, path)
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = module
-  sys.path.insert(0, os.path.join(ROOT, "scripts"))
-  try:
-    spec.loader.exec_module(module)
-  finally:
-    sys.path.pop(0)
-  return module
+  return load_script(name)
 
 
 snap = _load("default_models_snapshot")

@@ -13,6 +13,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
     os.path.dirname(os.path.abspath(__file__)))), "scripts"))
 import stage_lock as sl  # noqa: E402  pylint: disable=wrong-import-position
+from tests import load_script  # noqa: E402  pylint: disable=wrong-import-position
 
 
 def _write(path, pid, boot):
@@ -69,16 +70,8 @@ def test_stale_locks_do_not_block(tmp_path):
 
 
 def test_a_stage_without_its_inputs_names_the_missing_stage(tmp_path):
-  import importlib.util
   import types
-  root = os.path.dirname(os.path.dirname(os.path.dirname(
-      os.path.abspath(__file__))))
-  spec = importlib.util.spec_from_file_location(
-      "train_default_models", os.path.join(root, "scripts",
-                                           "train_default_models.py"))
-  script = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = script
-  spec.loader.exec_module(script)
+  script = load_script("train_default_models")
   fam = types.SimpleNamespace(task="t5_docstring")
   args = types.SimpleNamespace(workdir=str(tmp_path), force=False)
   script.mark_done(str(tmp_path / "t5_docstring" / "small_pretrain"), {})

@@ -1,20 +1,16 @@
 """The training script's resumable teacher passes (scripts/train_default_models.py)."""
 
-import importlib.util
 import json
 import os
-import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
-SCRIPT = os.path.join(ROOT, "scripts", "train_default_models.py")
+import numpy as np
+
+from tests import load_script
+
 
 
 def _script():
-  spec = importlib.util.spec_from_file_location("train_default_models", SCRIPT)
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = module  # its dataclasses look the module up
-  spec.loader.exec_module(module)
-  return module
+  return load_script("train_default_models")
 
 
 def test_a_saved_teacher_pass_is_reused_and_a_partial_one_is_not(tmp_path,
@@ -113,8 +109,9 @@ def test_output_pass_is_the_models_greedy_rollout_and_is_reused(
   assert again == ids and stats2 == stats
 
 
-def test_extra_examples_leave_out_used_inputs_and_are_a_fixed_subset(
-    tmp_path, monkeypatch):
+def _tiny_pretraining(tmp_path):
+  """(corpus, pretraining corpus): one stdlib-like module and 6 pip-like
+  packages of one documented function each."""
   from specdec_jax.eval import corpus as corpus_lib
   from specdec_jax.eval import pretraining
   from tests.eval.test_corpus import MOD, write
@@ -126,7 +123,13 @@ def test_extra_examples_leave_out_used_inputs_and_are_a_fixed_subset(
           f'number {i} of a.\n    """\n    b = a + {i}\n    return b\n' +
           "# padding\n" * 60)
   corpus = corpus_lib.build(root)
-  pre = pretraining.build(corpus, site)
+  return corpus, pretraining.build(corpus, site)
+
+
+def test_extra_examples_leave_out_used_inputs_and_are_a_fixed_subset(
+    tmp_path, monkeypatch):
+  from specdec_jax.eval import pretraining
+  corpus, pre = _tiny_pretraining(tmp_path)
   script = _script()
   task = "gemma_completion"
   train = corpus.examples[task]["train"]
@@ -141,6 +144,47 @@ def test_extra_examples_leave_out_used_inputs_and_are_a_fixed_subset(
   some = script.extra_examples(fam, corpus, smoke=False)
   assert len(some) == 3 and all(e in every for e in some)
   assert some == script.extra_examples(fam, corpus, smoke=False)
+
+
+def test_t5_pretraining_mixes_prefix_lm_pairs_only_into_the_drafters(
+    tmp_path, monkeypatch):
+  """T5: every size pretrains on the pretraining files' docstring examples;
+  the sizes in plan.PREFIX_LM_LEVELS (the drafters) get as many prefix-LM
+  pairs on top (96 ids -> the next 24 of the token stream), the large one
+  none (it then reads its task inputs, see the plan)."""
+  from specdec_jax.eval import default_models as dm
+  from specdec_jax.eval import default_models_eval as dme
+  from specdec_jax.eval import pretraining
+  from tests.eval.test_harness import train_tokenizer
+  corpus, pre = _tiny_pretraining(tmp_path)
+  script = _script()
+  task = "t5_docstring"
+  assert script.plan.PREFIX_LM_LEVELS[task] == ("medium", "small")
+  spec, tok = dm.TASKS[task], train_tokenizer("t5")
+  fam = script.Family(task=task, spec=spec, tok=tok, train_rows=[],
+                      val_rows=[], examples={}, pre=pre)
+  wd = str(tmp_path / "work")
+  docs = dme.tokenize(tok, spec, pretraining.docstring_examples(
+      pre, pretraining.held_out_inputs(corpus)))
+  assert len(docs) >= 6
+  large, _ = script.pretrain_data(fam, corpus, wd, "large")
+  assert large == docs
+  small, make = script.pretrain_data(fam, corpus, wd, "small")
+  assert small[:len(docs)] == docs and len(small) == 2 * len(docs)
+  stream = np.load(os.path.join(wd, task, "pretrain_tokens.npz"))["stream"]
+  for inputs, targets in small[len(docs):]:
+    assert len(inputs) == script.plan.PREFIX_INPUT + 1
+    assert inputs[-1] == tok.eos_id and len(targets) == 24
+    text = list(stream.astype(int))
+    s = next(i for i in range(len(text)) if text[i:i + 96] == inputs[:-1])
+    assert text[s + 96:s + 120] == targets  # the next 24 ids
+  assert script.pretrain_data(fam, corpus, wd, "medium")[0] is small
+  # The mix follows the plan: with no T5 size listed, none gets pairs.
+  monkeypatch.setitem(script.plan.PREFIX_LM_LEVELS, task, ())
+  fam.pretrain_items = {}
+  assert script.pretrain_data(fam, corpus, wd, "small")[0] == docs
+  batch = make(small[:2])
+  assert batch["targets"].shape[0] == 2
 
 
 def test_evaluate_family_on_a_tiny_three_size_family():
@@ -193,6 +237,32 @@ def test_plan_stages_keep_by_metric_and_the_large_stages_stop_early():
   import pytest
   with pytest.raises(ValueError, match="keep must be one of"):
     plan.Stage(t5.config, 8, keep="final")
+
+
+def test_decoder_dropout_is_validated_recorded_and_applied():
+  import pytest
+  script = _script()
+  plan = script.plan
+  base = plan.stage("t5_docstring", "large_pretrain")
+  with pytest.raises(ValueError, match=r"decoder_dropout must be in \[0, 1\)"):
+    plan.Stage(base.config, 8, decoder_dropout=1.0)
+  st = plan.Stage(base.config, 32, decoder_dropout=0.25)
+  plan.STAGES[("t5_docstring", "large_pretrain")] = st
+  try:
+    smoke = plan.stage("t5_docstring", "large_pretrain", smoke=True)
+    assert smoke.decoder_dropout == 0.25 and smoke.batch_size == 8
+    assert plan.describe()["stages"]["t5_docstring/large_pretrain"][
+        "decoder_dropout"] == 0.25
+  finally:
+    plan.STAGES[("t5_docstring", "large_pretrain")] = base
+  # The stage's batch maker: word dropout with the stage's seed.
+  rows = [([5, 6, 7], list(range(10, 30)))] * 8
+  make = lambda r: script.train_lib.seq2seq_batch(r, (8,), (32,), 1)
+  got = script._with_decoder_dropout(make, 0.25, 2, 7, rows)
+  want = script.train_lib.decoder_token_dropout(make(rows), 0.25, 2, 7)
+  np.testing.assert_array_equal(got["decoder_inputs"],
+                                want["decoder_inputs"])
+  assert (got["decoder_inputs"] == 2).any()
 
 
 def test_choose_by_metric_keeps_the_better_greedy_metric(tmp_path,
