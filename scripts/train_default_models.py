@@ -35,6 +35,11 @@ Order: both families' large models first (``--until large`` stops there, so
 they can be checked), then teachers and drafters, then the evaluation;
 ``metadata.json`` and the Markdown report are written from the results.
 
+The training data come from this machine's corpus; ``--export_data DIR``
+writes them into a portable bundle and ``--data DIR`` runs the training
+stages from it on another machine (``default_models_bundle.py``; eval and
+metadata stay where the corpus is).
+
 Several processes may share a workdir: each stage runs under a lock
 (``stage_lock.py``), so a process that reaches a stage another one is
 running waits for it and then skips it. On 2 cores, e.g.: one process per
@@ -50,6 +55,7 @@ import functools
 import json
 import os
 import platform
+import shutil
 import sys
 import time
 
@@ -69,6 +75,7 @@ from specdec_jax.eval import pretraining as pretrain_lib
 from specdec_jax.models import model_from_config
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import default_models_bundle as bundle_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 import default_models_plan as plan  # pylint: disable=g-import-not-at-top,wrong-import-position
 from stage_lock import stage_lock  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -110,6 +117,16 @@ class Family:
   # {with prefix-LM pairs: items} (pretrain_data's cache) and the batch maker
   pretrain_items: dict = dataclasses.field(default_factory=dict)
   pretrain_make: object | None = None
+  # --data: the bundle's pretraining data (default_models_bundle.load_task)
+  # and the record of the text it came from (else None: read the corpus)
+  bundle: dict | None = None
+  pre_record: dict | None = None
+
+  def pretraining_record(self, max_bytes: int) -> dict:
+    """What the pretraining text is (files, hash, budget), for the reports."""
+    if self.pre_record is not None:
+      return self.pre_record
+    return _pretraining_meta(self.pre, max_bytes)
 
 
 def build_tokenizer(task: str, corpus, out_dir: str, force: bool):
@@ -134,15 +151,54 @@ def pretrain_data(fam: Family, corpus, workdir: str, level: str):
   """(items, make_batch) of ``level``'s pretraining stream (cached).
 
   Gemma: windows of ``plan.LM_WINDOW + 1`` ids of the concatenated
-  documents (BOS doc EOS ...). T5: the pretraining files' docstring examples,
+  documents (BOS doc EOS ...). T5: the pretraining files' task examples,
   for the sizes in ``plan.PREFIX_LM_LEVELS`` plus as many prefix-LM pairs
-  (``plan.PREFIX_INPUT`` ids -> the next ``plan.PREFIX_TARGET``) cut from the
+  (``plan.PREFIX_LM[task]``: input ids -> the next target ids) cut from the
   concatenated documents.
   """
-  prefix_lm = (fam.spec.family != "gemma" and
-               level in plan.PREFIX_LM_LEVELS.get(fam.task, ()))
+  prefix_lm = uses_prefix_lm(fam, level)
   if prefix_lm in fam.pretrain_items:
     return fam.pretrain_items[prefix_lm], fam.pretrain_make
+  if fam.bundle is not None:  # --data: tokenized on the exporting machine
+    if fam.spec.family == "gemma":
+      items, make = lm_windows(fam.bundle["stream"])
+    else:
+      items = fam.bundle[prefix_lm]
+      make = dme.batch_maker(fam.spec, fam.tok.eos_id)
+    fam.pretrain_items[prefix_lm], fam.pretrain_make = items, make
+    return items, make
+  pre = fam.pre
+  stream = pretrain_stream(fam, workdir)
+  if fam.spec.family == "gemma":
+    items, make = lm_windows(stream)
+  else:
+    exs = pretrain_lib.task_examples(
+        pre, fam.task, pretrain_lib.held_out_inputs(corpus))
+    items = dme.tokenize(fam.tok, fam.spec, exs)
+    if prefix_lm:
+      n_in, n_out = plan.PREFIX_LM[fam.task]
+      step = n_in + n_out
+      starts = np.linspace(0, len(stream) - step - 1,
+                           num=len(items)).astype(np.int64)
+      items += [(list(stream[s:s + n_in]) + [fam.tok.eos_id],
+                 list(stream[s + n_in:s + step])) for s in starts]
+    make = dme.batch_maker(fam.spec, fam.tok.eos_id)
+  fam.pretrain_items[prefix_lm], fam.pretrain_make = items, make
+  log(f"{fam.task}: {len(items):,} pretraining items for the {level} model"
+      + (" (with prefix-LM pairs)" if prefix_lm else ""))
+  return items, make
+
+
+def uses_prefix_lm(fam: Family, level: str) -> bool:
+  """True if ``level``'s T5 pretraining mixes in prefix-LM pairs."""
+  return (fam.spec.family != "gemma" and
+          level in plan.PREFIX_LM_LEVELS.get(fam.task, ()))
+
+
+def pretrain_stream(fam: Family, workdir: str) -> np.ndarray:
+  """The pretraining documents as one int32 id stream (cached in
+  ``<workdir>/<task>/pretrain_tokens.npz``): BOS doc EOS ... (T5 has no
+  BOS: documents end with EOS)."""
   pre = fam.pre
   path = os.path.join(workdir, fam.task, "pretrain_tokens.npz")
   if os.path.isfile(path):
@@ -151,38 +207,27 @@ def pretrain_data(fam: Family, corpus, workdir: str, level: str):
   if not os.path.isfile(path) or key != pre.files_hash:
     t = time.perf_counter()
     ids, bos = [], [] if fam.tok.bos_id is None else [fam.tok.bos_id]
-    for d in pre.documents:  # T5 has no BOS: documents end with EOS
+    for d in pre.documents:
       ids += bos + fam.tok.encode(d.text, add_bos=False) + [fam.tok.eos_id]
     stream = np.asarray(ids, np.int16)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    np.savez(path, stream=stream, files_hash=pre.files_hash)
+    np.savez(path + ".tmp.npz", stream=stream, files_hash=pre.files_hash)
+    os.replace(path + ".tmp.npz", path)
     log(f"{fam.task}: tokenized pretraining text: {len(stream):,} ids in "
         f"{time.perf_counter() - t:.0f}s")
-  stream = stream.astype(np.int32)
-  if fam.spec.family == "gemma":
-    w = plan.LM_WINDOW + 1
-    items = list(range(len(stream) // w))
+  return stream.astype(np.int32)
 
-    def make(starts):
-      x = np.stack([stream[s * w:(s + 1) * w] for s in starts])
-      return dict(decoder_inputs=x[:, :-1], targets=x[:, 1:],
-                  weights=np.ones((len(starts), w - 1), np.float32))
-  else:
-    exs = pretrain_lib.docstring_examples(
-        pre, pretrain_lib.held_out_inputs(corpus))
-    items = dme.tokenize(fam.tok, fam.spec, exs)
-    if prefix_lm:
-      step = plan.PREFIX_INPUT + plan.PREFIX_TARGET
-      starts = np.linspace(0, len(stream) - step - 1,
-                           num=len(items)).astype(np.int64)
-      items += [(list(stream[s:s + plan.PREFIX_INPUT]) + [fam.tok.eos_id],
-                 list(stream[s + plan.PREFIX_INPUT:s + step]))
-                for s in starts]
-    make = dme.batch_maker(fam.spec, fam.tok.eos_id)
-  fam.pretrain_items[prefix_lm], fam.pretrain_make = items, make
-  log(f"{fam.task}: {len(items):,} pretraining items for the {level} model"
-      + (" (with prefix-LM pairs)" if prefix_lm else ""))
-  return items, make
+
+def lm_windows(stream: np.ndarray):
+  """(window indices, make_batch) of consecutive ``plan.LM_WINDOW + 1``-id
+  windows of ``stream`` (Gemma pretraining)."""
+  w = plan.LM_WINDOW + 1
+
+  def make(starts):
+    x = np.stack([stream[s * w:(s + 1) * w] for s in starts])
+    return dict(decoder_inputs=x[:, :-1], targets=x[:, 1:],
+                weights=np.ones((len(starts), w - 1), np.float32))
+  return list(range(len(stream) // w)), make
 
 
 # ---------------------------------------------------------------- training
@@ -251,7 +296,16 @@ def require_done(fam, args, stage: str, *needs: str) -> None:
           f"--only {need})")
 
 
+def ran_on() -> str:
+  """This machine, as a stage's done.json records it ('ran_on')."""
+  dev = jax.devices()[0]
+  return (f"{platform.node()} ({platform.machine()}, {os.cpu_count()} cpus, "
+          f"{jax.default_backend()}: {dev.device_kind}, jax "
+          f"{jax.__version__})")
+
+
 def mark_done(workdir: str, report: dict) -> None:
+  report.setdefault("ran_on", ran_on())
   _write_json(os.path.join(workdir, "done.json"), report)
 
 
@@ -316,6 +370,9 @@ def stage_train(fam: Family, stage: str, args, corpus,
             fam, model, {report["best_step"]: best, last_step: last}, wd)
   if stage.endswith("_pretrain"):
     _save_npz_params(os.path.join(wd, "final_params.npz"), best)
+    if stage == "large_pretrain":  # the text the family read (metadata)
+      report["pretraining"] = fam.pretraining_record(pretrain_bytes(
+          args, fam.task))
   else:
     out = os.path.join(args.out, fam.task, dm.LEVEL_DIRS["large"])
     report.update(save_model(out, model, best))
@@ -639,7 +696,8 @@ def write_metadata(args, corpus, families: dict, reports: dict) -> None:
     ev = rep.get("eval", {})
     pairs[task] = dict(
         task=dataclasses.asdict(fam.spec),
-        stages={k: v for k, v in rep.items() if k != "eval"},
+        stages={k: {f: x for f, x in v.items() if f != "pretraining"}
+                for k, v in rep.items() if k != "eval"},
         evaluation={k: v for k, v in ev.items() if k != "slice"},
         slice={**ev.get("slice", {}), "split": "test",
                "batch_size": plan.SLICE_EXAMPLES})
@@ -660,8 +718,10 @@ def write_metadata(args, corpus, families: dict, reports: dict) -> None:
           skip_dirs=sorted(corpus_lib.SKIP_DIRS), stats=corpus.stats,
           examples_hash={t: corpus.examples_hash(t) for t in corpus_lib.TASKS},
           files=list(corpus.files)),
-      pretraining={task: _pretraining_meta(
-          fam.pre, pretrain_bytes(args, task))
+      # What each family's large model read (recorded by its stage: the
+      # pip packages of this machine may have changed since).
+      pretraining={task: reports.get(task, {}).get("large_pretrain", {}).get(
+          "pretraining") or fam.pretraining_record(pretrain_bytes(args, task))
                    for task, fam in families.items()},
       tokenizers=tokenizers, pairs=pairs)
   _write_json(path, meta)
@@ -686,6 +746,86 @@ def run_stage(fam: Family, stage: str, args, corpus,
   if stage in ("medium", "small"):
     return stage_distill(fam, stage, args, progress)
   return stage_eval(fam, args, progress)
+
+
+def families_from_corpus(args, tasks, corpus) -> dict:
+  """{task: Family} read from this machine's stdlib and pip packages."""
+  pres = {}  # max bytes -> PretrainCorpus (built once per budget)
+  families = {}
+  for task in tasks:
+    spec = dm.TASKS[task]
+    tok = build_tokenizer(task, corpus, args.out, args.force)
+    exs = {s: corpus.examples[task][s] for s in corpus_lib.SPLITS}
+    if args.smoke:
+      exs = {s: v[:plan.SMOKE_EXAMPLES] for s, v in exs.items()}
+    fam = Family(task, spec, tok, dme.tokenize(tok, spec, exs["train"]),
+                 dme.tokenize(tok, spec, exs["validation"]), exs)
+    n = pretrain_bytes(args, task)
+    if n not in pres:
+      pres[n] = pretrain_lib.build(corpus, args.site_packages or None, n)
+      log(f"pretraining text ({n:,} bytes): {len(pres[n].documents)} files, "
+          f"hash {pres[n].files_hash[:16]}, {json.dumps(pres[n].stats)}")
+    fam.pre = pres[n]
+    exs["extra"] = extra_examples(fam, corpus, args.smoke)
+    families[task] = fam
+  return families
+
+
+def export_bundle(args, families: dict, corpus) -> None:
+  """--export_data: every family's training data into a bundle."""
+  for task, fam in families.items():
+    if fam.spec.family == "gemma":
+      pretrain = {"stream": pretrain_stream(fam, args.workdir)}
+    else:
+      pretrain = {}
+      for level in dm.LEVELS:
+        flag = uses_prefix_lm(fam, level)
+        if flag not in pretrain:
+          pretrain[flag] = pretrain_data(fam, corpus, args.workdir, level)[0]
+    bundle_lib.export(args.export_data, task,
+                      os.path.join(args.out, task, dm.TOKENIZER),
+                      fam.examples, pretrain,
+                      fam.pretraining_record(pretrain_bytes(args, task)))
+  bundle_lib.set_info(args.export_data, smoke=args.smoke,
+                      exported_on=ran_on(), corpus_hash=corpus.corpus_hash,
+                      command="PYTHONPATH=. python " + " ".join(sys.argv))
+
+
+def families_from_bundle(args, tasks) -> dict:
+  """--data: {task: Family} from a bundle (no corpus on this machine)."""
+  info = bundle_lib.read_info(args.data)
+  if bool(info.get("smoke")) != bool(args.smoke):
+    raise SystemExit(
+        f"the data bundle {args.data} was exported "
+        f"{'with' if info.get('smoke') else 'without'} --smoke; run the "
+        f"stages {'with' if info.get('smoke') else 'without'} it too")
+  families = {}
+  for task in tasks:
+    try:
+      data = bundle_lib.load_task(args.data, task)
+    except ValueError as e:
+      raise SystemExit(str(e)) from None
+    spec = dm.TASKS[task]
+    path = os.path.join(args.out, task, dm.TOKENIZER)
+    if os.path.isfile(path):
+      with open(path, "rb") as f, open(data["tokenizer"], "rb") as g:
+        if f.read() != g.read():
+          raise SystemExit(
+              f"{path} differs from the data bundle's tokenizer: this --out "
+              f"belongs to another build; use a fresh --out (or delete it)")
+    else:
+      os.makedirs(os.path.dirname(path), exist_ok=True)
+      shutil.copyfile(data["tokenizer"], path)
+    tok = tokenizer_lib.Tokenizer(path, spec.family, extra_ids=0)
+    exs = data["examples"]
+    fam = Family(task, spec, tok, dme.tokenize(tok, spec, exs["train"]),
+                 dme.tokenize(tok, spec, exs["validation"]), exs,
+                 bundle=data["pretrain"],
+                 pre_record=data["record"]["pretraining"])
+    families[task] = fam
+    log(f"{task}: data from the bundle {args.data} (exported on "
+        f"{info.get('exported_on', '?')})")
+  return families
 
 
 def main():
@@ -720,6 +860,15 @@ def main():
                   help="a few steps per stage and little data (pipeline "
                   "check)")
   ap.add_argument("--smoke_steps", type=int, default=4)
+  ap.add_argument("--export_data", default="",
+                  help="write the training data of --pairs (tokenizer, "
+                  "examples, tokenized pretraining items) into this directory "
+                  "and stop; another machine runs the stages with --data "
+                  "(scripts/default_models_bundle.py)")
+  ap.add_argument("--data", default="",
+                  help="run the training stages from a bundle written by "
+                  "--export_data instead of this machine's corpus (no eval, "
+                  "no metadata: those run where the corpus is)")
   args = ap.parse_args()
   jax.config.update("jax_compilation_cache_dir",
                     os.path.join(args.workdir, "xla_cache"))
@@ -733,32 +882,32 @@ def main():
   only = [s for s in args.only.split(",") if s]
   if [s for s in only if s not in STAGES]:
     ap.error(f"unknown stage in --only {args.only!r}; choose from {STAGES}")
+  if args.data and args.export_data:
+    ap.error("--data and --export_data exclude each other")
   t0 = time.perf_counter()
   progress = Progress(args.workdir)
-  corpus = corpus_lib.default_corpus()
-  log(f"corpus: {len(corpus.files)} files, hash {corpus.corpus_hash[:16]}")
-  pres = {}  # max bytes -> PretrainCorpus (built once per budget)
-  families, reports = {}, {t: {} for t in tasks}
-  for task in tasks:
-    spec = dm.TASKS[task]
-    tok = build_tokenizer(task, corpus, args.out, args.force)
-    exs = {s: corpus.examples[task][s] for s in corpus_lib.SPLITS}
-    if args.smoke:
-      exs = {s: v[:plan.SMOKE_EXAMPLES] for s, v in exs.items()}
-    fam = Family(task, spec, tok, dme.tokenize(tok, spec, exs["train"]),
-                 dme.tokenize(tok, spec, exs["validation"]), exs)
-    n = pretrain_bytes(args, task)
-    if n not in pres:
-      pres[n] = pretrain_lib.build(corpus, args.site_packages or None, n)
-      log(f"pretraining text ({n:,} bytes): {len(pres[n].documents)} files, "
-          f"hash {pres[n].files_hash[:16]}, {json.dumps(pres[n].stats)}")
-    fam.pre = pres[n]
-    exs["extra"] = extra_examples(fam, corpus, args.smoke)
-    families[task] = fam
+  reports = {t: {} for t in tasks}
+  if args.data:
+    corpus = None
+    families = families_from_bundle(args, tasks)
+  else:
+    corpus = corpus_lib.default_corpus()
+    log(f"corpus: {len(corpus.files)} files, hash "
+        f"{corpus.corpus_hash[:16]}")
+    families = families_from_corpus(args, tasks, corpus)
+  if args.export_data:
+    export_bundle(args, families, corpus)
+    log(f"wrote the data bundle {args.export_data} in "
+        f"{time.perf_counter() - t0:.0f}s")
+    return
   order = [(s, t) for s in ("large_pretrain", "large") for t in tasks]
   order += [(s, t) for t in tasks for s in STAGES[2:-1]]
   order += [("eval", t) for t in tasks]
   last = STAGES.index(args.until)
+  if args.data and last == STAGES.index("eval"):
+    log("--data: the eval stage and the metadata need the corpus; they run "
+        "on the exporting machine")
+    last -= 1
   for stage, task in order:
     if STAGES.index(stage) > last or only and stage not in only:
       continue
@@ -767,8 +916,8 @@ def main():
     with stage_lock(os.path.join(args.workdir, task, f"{stage}.lock"),
                     f"{task}/{stage}", log):
       reports[task][stage] = run_stage(fam, stage, args, corpus, progress)
-  if only:
-    log(f"done with {only} in {time.perf_counter() - t0:.0f}s (--only: "
+  if only or args.data:
+    log(f"done in {time.perf_counter() - t0:.0f}s (--only / --data: "
         "metadata not written)")
     return
   write_metadata(args, corpus, families, reports)

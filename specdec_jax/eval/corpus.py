@@ -14,6 +14,9 @@ has a docstring and a real body, and make two examples of it:
                         targets = the first ``TARGET_LINES`` lines of the body
                                   (leading blank lines skipped; at most
                                   ``MAX_TARGET_CHARS``, ending at a line end)
+    't5_codegen'        the 'gemma_completion' examples (same inputs,
+                        targets and split) for the T5 family: text-to-code
+                        as sequence-to-sequence
 
 For example, from::
 
@@ -60,7 +63,9 @@ import sysconfig
 import tokenize
 import warnings
 
-TASKS = ("t5_docstring", "gemma_completion")
+TASKS = ("t5_docstring", "gemma_completion", "t5_codegen")
+# Tasks whose examples are another task's (same inputs and targets).
+SAME_EXAMPLES = {"t5_codegen": "gemma_completion"}
 SPLITS = ("train", "validation", "test")
 SPLIT_SEED = 0
 # Percent of files in each split (the rest is train).
@@ -351,8 +356,8 @@ def build(root: str | None = None, seed: int = SPLIT_SEED) -> Corpus:
   h = hashlib.sha256()
   makers = {"t5_docstring": docstring_example,
             "gemma_completion": completion_example}
-  examples = {t: {s: [] for s in SPLITS} for t in TASKS}
-  seen = {t: set() for t in TASKS}
+  examples = {t: {s: [] for s in SPLITS} for t in makers}
+  seen = {t: set() for t in makers}
   for path in files:
     with open(os.path.join(root, path), "rb") as f:
       data = f.read()
@@ -373,6 +378,9 @@ def build(root: str | None = None, seed: int = SPLIT_SEED) -> Corpus:
           continue
         seen[task].add(ex["inputs"])
         examples[task][split].append(ex)
+  for task, same in SAME_EXAMPLES.items():
+    examples[task] = {s: [dict(e) for e in examples[same][s]]
+                      for s in SPLITS}
   for task in TASKS:
     for split in SPLITS:
       stats[f"{task}_{split}"] = len(examples[task][split])
@@ -387,7 +395,8 @@ def default_corpus(root: str | None = None) -> Corpus:
 
 
 __all__ = [
-    "Corpus", "Function", "MAX_PROMPT_CHARS", "MAX_SOURCE_CHARS", "SKIP_DIRS",
+    "Corpus", "Function", "MAX_PROMPT_CHARS", "MAX_SOURCE_CHARS",
+    "SAME_EXAMPLES", "SKIP_DIRS",
     "SPLITS", "TASKS", "build", "completion_example", "decode_source",
     "default_corpus", "docstring_example", "extract_functions",
     "first_sentence", "list_files", "split_of", "stdlib_root",

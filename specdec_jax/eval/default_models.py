@@ -94,6 +94,14 @@ TASKS = {
                                  ("bleu", "code_exact_match"),
                                  max_new_tokens=64, max_input_tokens=320,
                                  max_target_tokens=64),
+    # The T5 family's next task (the Gemma task's examples as
+    # sequence-to-sequence): trainable with scripts/train_default_models.py
+    # --pairs t5_codegen; it replaces 't5_docstring' in PAIRS once its
+    # family passes the checks (benchmarks/results/
+    # default_models_progress.md).
+    "t5_codegen": TaskSpec("t5_codegen", "t5", ("bleu", "code_exact_match"),
+                           max_new_tokens=64, max_input_tokens=320,
+                           max_target_tokens=64),
 }
 
 # SentencePiece options that keep source code intact: no normalisation, no

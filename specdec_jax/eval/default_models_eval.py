@@ -26,8 +26,9 @@ from specdec_jax import train as train_lib
 from specdec_jax.eval import default_models as dm
 from specdec_jax.eval import metrics as metrics_lib
 
-T5_INPUT_BUCKETS = (64, 128, 192, 256)
-T5_TARGET_BUCKETS = (32, 64)
+T5_INPUT_BUCKETS = (64, 128, 192, 256, 320)
+# 128: the T5 prefix-LM pretraining pairs (task targets are <= 64).
+T5_TARGET_BUCKETS = (32, 64, 128)
 LM_BUCKETS = (64, 96, 128, 192, 256, 384)
 GAMMA = 5
 # (drafter, verifier) pairs whose greedy SpecDecode acceptance is measured.

@@ -221,7 +221,8 @@ def build(corpus: corpus_lib.Corpus, site_packages: str | None = None,
 
 
 _EXAMPLE_MAKERS = {"t5_docstring": corpus_lib.docstring_example,
-                   "gemma_completion": corpus_lib.completion_example}
+                   "gemma_completion": corpus_lib.completion_example,
+                   "t5_codegen": corpus_lib.completion_example}
 
 
 def task_examples(pre: PretrainCorpus, task: str,
@@ -230,7 +231,7 @@ def task_examples(pre: PretrainCorpus, task: str,
 
   Args:
     pre: the pretraining corpus.
-    task: 't5_docstring' or 'gemma_completion'.
+    task: a task of ``corpus.TASKS``.
     exclude: example inputs to leave out (held-out or already used ones).
 
   Returns:

@@ -82,19 +82,22 @@ class Dense(nn.Module):
   Attributes:
     features: output size.
     axes: logical names of the kernel's (in, out) axes.
+    init_scale: variance scale of the fan-in normal initialiser (1: unit
+      variance outputs for unit variance inputs).
   """
 
   features: int
   axes: tuple[str, str]
   dtype: jnp.dtype = jnp.float32
   param_dtype: jnp.dtype = jnp.float32
+  init_scale: float = 1.0
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
     """[..., in] -> [..., features]."""
     kernel = param_with_axes(
-        self, "kernel", nn.initializers.variance_scaling(1.0, "fan_in",
-                                                         "normal"),
+        self, "kernel", nn.initializers.variance_scaling(
+            self.init_scale, "fan_in", "normal"),
         (x.shape[-1], self.features), self.param_dtype, self.axes)
     return jnp.einsum("...i,io->...o", x.astype(self.dtype),
                       kernel.astype(self.dtype))
@@ -139,7 +142,14 @@ class RelativePositionBias(nn.Module):
 
 
 class Attention(nn.Module):
-  """Projections of one T5 attention block (no logit scaling)."""
+  """Projections of one T5 attention block (no logit scaling).
+
+  T5 does not divide its attention logits by sqrt(head_dim); like t5x
+  (``query_init = kernel_init / sqrt(head_dim)``) and HF (query weights of
+  variance 1 / (d_model * head_dim)), the factor is folded into the query
+  kernel's initialisation, so a freshly initialised model starts with logits
+  of unit scale instead of a saturated softmax. Loading weights is unaffected.
+  """
 
   config: T5Config
 
@@ -148,7 +158,7 @@ class Attention(nn.Module):
         self.config.param_dtype)
     inner = cfg.num_heads * cfg.head_dim
     qkv = ("embed", "joined_kv")
-    self.query = Dense(inner, qkv, dt, pdt)
+    self.query = Dense(inner, qkv, dt, pdt, init_scale=1.0 / cfg.head_dim)
     self.key = Dense(inner, qkv, dt, pdt)
     self.value = Dense(inner, qkv, dt, pdt)
     self.out = Dense(cfg.d_model, ("joined_kv", "embed"), dt, pdt)

@@ -262,3 +262,18 @@ def test_corpus_hash_tracks_file_contents(stdlib):
   before = corpus.build(stdlib).corpus_hash
   write(stdlib, "latin.py", "x = 1\n")
   assert corpus.build(stdlib).corpus_hash != before
+
+
+def test_t5_codegen_examples_are_the_gemma_completion_examples(stdlib):
+  """'t5_codegen' is the Gemma task's data as sequence-to-sequence: the same
+  examples in the same splits, as separate copies."""
+  c = corpus.build(stdlib)
+  assert corpus.SAME_EXAMPLES == {"t5_codegen": "gemma_completion"}
+  assert c.examples["t5_codegen"] == c.examples["gemma_completion"]
+  assert c.examples["t5_codegen"]["train"]
+  assert c.examples["t5_codegen"]["train"][0] is not \
+      c.examples["gemma_completion"]["train"][0]
+  assert c.examples_hash("t5_codegen") == c.examples_hash("gemma_completion")
+  for split in corpus.SPLITS:
+    assert c.stats[f"t5_codegen_{split}"] == c.stats[
+        f"gemma_completion_{split}"]

@@ -173,7 +173,7 @@ def test_t5_pretraining_mixes_prefix_lm_pairs_only_into_the_drafters(
   assert small[:len(docs)] == docs and len(small) == 2 * len(docs)
   stream = np.load(os.path.join(wd, task, "pretrain_tokens.npz"))["stream"]
   for inputs, targets in small[len(docs):]:
-    assert len(inputs) == script.plan.PREFIX_INPUT + 1
+    assert len(inputs) == script.plan.PREFIX_LM[task][0] + 1
     assert inputs[-1] == tok.eos_id and len(targets) == 24
     text = list(stream.astype(int))
     s = next(i for i in range(len(text)) if text[i:i + 96] == inputs[:-1])
@@ -185,6 +185,48 @@ def test_t5_pretraining_mixes_prefix_lm_pairs_only_into_the_drafters(
   assert script.pretrain_data(fam, corpus, wd, "small")[0] == docs
   batch = make(small[:2])
   assert batch["targets"].shape[0] == 2
+
+
+def test_t5_codegen_pretrains_every_size_on_code_pairs_and_long_prefix_lm(
+    tmp_path):
+  """'t5_codegen': every size pretrains on the pretraining files' completion
+  examples (signature + docstring -> body lines) plus as many prefix-LM
+  pairs of 64 ids -> the next 127 (long decoder targets: code LM)."""
+  from specdec_jax.eval import default_models as dm
+  from specdec_jax.eval import default_models_eval as dme
+  from specdec_jax.eval import pretraining
+  from tests.eval.test_harness import train_tokenizer
+  corpus, pre = _tiny_pretraining(tmp_path)
+  script = _script()
+  task = "t5_codegen"
+  assert script.plan.PREFIX_LM_LEVELS[task] == ("large", "medium", "small")
+  n_in, n_out = script.plan.PREFIX_LM[task]
+  assert (n_in, n_out) == (64, 127)
+  spec, tok = dm.TASKS[task], train_tokenizer("t5")
+  fam = script.Family(task=task, spec=spec, tok=tok, train_rows=[],
+                      val_rows=[], examples={}, pre=pre)
+  wd = str(tmp_path / "work")
+  exs = pretraining.task_examples(pre, task,
+                                  pretraining.held_out_inputs(corpus))
+  assert exs == pretraining.task_examples(pre, "gemma_completion",
+                                          pretraining.held_out_inputs(corpus))
+  docs = dme.tokenize(tok, spec, exs)
+  assert len(docs) >= 6
+  large, make = script.pretrain_data(fam, corpus, wd, "large")
+  assert large[:len(docs)] == docs and len(large) == 2 * len(docs)
+  assert script.pretrain_data(fam, corpus, wd, "small")[0] is large
+  text = list(np.load(os.path.join(wd, task, "pretrain_tokens.npz"))[
+      "stream"].astype(int))
+  for inputs, targets in large[len(docs):]:
+    assert len(inputs) == n_in + 1 and inputs[-1] == tok.eos_id
+    assert len(targets) == n_out
+    assert any(text[i:i + n_in] == inputs[:-1] and
+               text[i + n_in:i + n_in + n_out] == targets
+               for i in range(len(text)))  # the next 127 ids
+  # A batch of prefix-LM pairs keeps all 127 targets + EOS (bucket 128).
+  batch = make(large[len(docs):len(docs) + 2])
+  assert batch["targets"].shape == (2, 128)
+  assert (batch["targets"][:, -1] == tok.eos_id).all()
 
 
 def test_evaluate_family_on_a_tiny_three_size_family():
@@ -324,3 +366,73 @@ def test_report_table_shows_alpha_and_accepted_over_drafted():
   assert "| large | 160 | 12.00 M | 1.0x | 2.400 | 2.500 | 10.00 | 2.0% | " \
          "- | 0 |" in text
   assert "Leviathan et al. (Table 2)" in text
+
+
+def test_a_data_bundle_gives_another_machine_the_same_training_data(
+    tmp_path, capsys):
+  """--export_data writes what the stages read; --data rebuilds the same
+  families from it with no corpus: examples, token rows, every size's
+  pretraining items (T5 pairs, Gemma stream windows) and the pretraining
+  record. Wrong use gets a clear error."""
+  import argparse
+  import pytest
+  from specdec_jax.eval import default_models as dm
+  from tests.eval.test_harness import train_tokenizer
+  corpus, pre = _tiny_pretraining(tmp_path)
+  script = _script()
+  out, wd, dest = (str(tmp_path / d) for d in ("out", "work", "bundle"))
+  fams = {}
+  for task, family in (("t5_codegen", "t5"), ("gemma_completion", "gemma")):
+    path = os.path.join(out, task, dm.TOKENIZER)
+    os.makedirs(os.path.dirname(path))
+    tok = train_tokenizer(family, path=path)
+    spec = dm.TASKS[task]
+    exs = {s: corpus.examples[task][s] for s in ("train", "validation",
+                                                 "test")}
+    fam = script.Family(task, spec, tok,
+                        script.dme.tokenize(tok, spec, exs["train"]),
+                        script.dme.tokenize(tok, spec, exs["validation"]),
+                        exs, pre=pre)
+    exs["extra"] = script.extra_examples(fam, corpus, smoke=False)
+    fams[task] = fam
+  args = argparse.Namespace(workdir=wd, out=out, export_data=dest, data="",
+                            smoke=False, pretrain_bytes=2**20, force=False)
+  script.export_bundle(args, fams, corpus)
+  info = script.bundle_lib.read_info(dest)
+  assert sorted(info["tasks"]) == ["gemma_completion", "t5_codegen"]
+  assert info["smoke"] is False and info["corpus_hash"] == corpus.corpus_hash
+  # Another machine: a fresh out directory, no corpus.
+  out2 = str(tmp_path / "out2")
+  args2 = argparse.Namespace(workdir=str(tmp_path / "work2"), out=out2,
+                             data=dest, smoke=False, pretrain_bytes=2**20)
+  got = script.families_from_bundle(args2, list(fams))
+  for task, fam in fams.items():
+    new = got[task]
+    assert new.examples == fam.examples and new.pre is None
+    assert new.train_rows == fam.train_rows and new.val_rows == fam.val_rows
+    assert new.tok.fingerprint == fam.tok.fingerprint
+    assert new.pretraining_record(1) == fam.pretraining_record(2**20)
+    for level in dm.LEVELS:
+      want, make = script.pretrain_data(fam, corpus, wd, level)
+      have, make2 = script.pretrain_data(new, None, args2.workdir, level)
+      assert have == want, (task, level)
+      b1, b2 = make(want[:2]), make2(have[:2])
+      assert all((b1[k] == b2[k]).all() for k in b1)
+  assert not os.path.exists(os.path.join(args2.workdir, "t5_codegen",
+                                         "pretrain_tokens.npz"))
+  # Errors: a smoke mismatch, a task not exported, a clashing tokenizer,
+  # a directory that is no bundle.
+  with pytest.raises(SystemExit, match="exported without --smoke"):
+    script.families_from_bundle(argparse.Namespace(**{**vars(args2),
+                                                      "smoke": True}),
+                                ["t5_codegen"])
+  with pytest.raises(SystemExit, match="has no task 't5_docstring'"):
+    script.families_from_bundle(args2, ["t5_docstring"])
+  other = train_tokenizer("gemma", path=str(tmp_path / "other.model"))
+  del other
+  with open(os.path.join(out2, "t5_codegen", dm.TOKENIZER), "wb") as f:
+    f.write(open(str(tmp_path / "other.model"), "rb").read())
+  with pytest.raises(SystemExit, match="differs from the data bundle"):
+    script.families_from_bundle(args2, ["t5_codegen"])
+  with pytest.raises(ValueError, match="not a data bundle"):
+    script.bundle_lib.read_info(str(tmp_path))
