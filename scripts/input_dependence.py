@@ -17,6 +17,29 @@ from specdec_jax.eval import default_models as dm
 from specdec_jax.eval import default_models_eval as dme
 
 
+def measure_model(model, params, tok, spec, exs, seed: int = 0) -> dict:
+  """{'real', 'shuffled', 'empty'} mean target-token losses of one model.
+
+  Args:
+    model, params: an encoder-decoder model and its parameters.
+    tok: the family's tokenizer.
+    spec: the task's ``default_models.TaskSpec``.
+    exs: examples ({'inputs', 'targets'}), at least 2.
+    seed: seed of the permutation that hands each example another's input.
+  """
+  if len(exs) < 2:
+    raise ValueError(f"need at least 2 examples to shuffle inputs, got "
+                     f"{len(exs)}")
+  rows = dme.tokenize(tok, spec, exs)
+  perm = np.random.default_rng(seed).permutation(len(rows))
+  variants = {"real": rows,
+              "shuffled": [(rows[perm[i]][0], r[1]) for i, r in enumerate(rows)],
+              "empty": [([tok.eos_id], r[1]) for r in rows]}
+  make = dme.batch_maker(spec, tok.eos_id, 0.0)
+  return {k: dme.heldout_loss(model, params, v, make)
+          for k, v in variants.items()}
+
+
 def measure(fam, exs, seed: int = 0) -> dict:
   """{level: {'real', 'shuffled', 'empty'}} mean target-token losses.
 
@@ -28,21 +51,9 @@ def measure(fam, exs, seed: int = 0) -> dict:
   if not fam.is_encoder_decoder:
     raise ValueError(f"{fam.name!r} is decoder-only: its input is a prefix "
                      "of the same sequence, not a separate input")
-  if len(exs) < 2:
-    raise ValueError(f"need at least 2 examples to shuffle inputs, got "
-                     f"{len(exs)}")
-  rows = dme.tokenize(fam.tokenizer, fam.spec, exs)
-  perm = np.random.default_rng(seed).permutation(len(rows))
-  variants = {"real": rows,
-              "shuffled": [(rows[perm[i]][0], r[1]) for i, r in enumerate(rows)],
-              "empty": [([fam.tokenizer.eos_id], r[1]) for r in rows]}
-  make = dme.batch_maker(fam.spec, fam.tokenizer.eos_id, 0.0)
-  out = {}
-  for level in dm.LEVELS:
-    model, params = fam.model(level)
-    out[level] = {k: dme.heldout_loss(model, params, v, make)
-                  for k, v in variants.items()}
-  return out
+  return {level: measure_model(*fam.model(level), fam.tokenizer, fam.spec,
+                               exs, seed)
+          for level in dm.LEVELS}
 
 
 def main():
