@@ -192,13 +192,35 @@ STAGES = {
     ("t5_docstring", "small_onpolicy"): Stage(
         _cfg(1000, 3e-4, 50, 250, seed=16, log_every=50), 32),
 }
-# The T5 family's next task: the same schedules and seeds (its prefix-LM
-# pairs are longer, see PREFIX_LM: ~1.3x the step time).
-STAGES.update({("t5_codegen", s): st for (t, s), st in list(STAGES.items())
-               if t == "t5_docstring"})
-
-
 ARCHS["t5_codegen"] = dict(ARCHS["t5_docstring"])
+
+
+def _query_scaled(task: str, name: str, st: Stage) -> Stage:
+  """``st`` with the T5 query kernel's AdamW updates scaled by
+  1/sqrt(head_dim) of the stage's model (``TrainConfig.update_scales``).
+
+  T5 folds attention's 1/sqrt(head_dim) into the query kernel's init; under
+  AdamW that kernel then moves sqrt(head_dim) times faster relative to its
+  size. The sixth build's T5 large (unscaled) learned no faster per step
+  than its medium (pretraining eval 3.435 vs 3.419 at step 1,000, while the
+  Gemma large, whose attention scales explicitly, led its medium by 0.46);
+  the medium pretrained with the query's updates x1/8 on the same data,
+  seed and schedule was 0.09 / 0.11 / 0.135 / 0.130 nats better at steps
+  250 / 500 / 750 / 1,000 (benchmarks/experiments/t5_query_lr.py,
+  benchmarks/results/default_models_progress.md).
+  """
+  level = name.split("_")[0]
+  head_dim = ARCHS[task][level].head_dim
+  cfg = dataclasses.replace(st.config,
+                            update_scales=(("query", head_dim ** -0.5),))
+  return dataclasses.replace(st, config=cfg)
+
+
+# The T5 family's next task: the same schedules and seeds (its prefix-LM
+# pairs are longer, see PREFIX_LM: ~1.3x the step time), with the query
+# kernel's updates scaled (_query_scaled).
+STAGES.update({("t5_codegen", s): _query_scaled("t5_codegen", s, st)
+               for (t, s), st in list(STAGES.items()) if t == "t5_docstring"})
 
 
 def arch(task: str, level: str, tok=None):

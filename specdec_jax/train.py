@@ -82,6 +82,15 @@ class TrainConfig:
       improved on the best evaluation loss (0: never stop early). The best
       parameters are what a run returns either way, so stopping changes
       them only if a later evaluation would have improved.
+    update_scales: ``(module name, factor)`` pairs: the AdamW updates (weight
+      decay included) of every parameter whose path contains that module
+      name are multiplied by the factor. AdamW's step size does not depend
+      on a parameter's scale, so a kernel initialised small on purpose (T5's
+      ``query``, which holds the attention's 1/sqrt(head_dim): ``t5_layers``)
+      moves sqrt(head_dim) times faster relative to its size than its
+      neighbours; ``(("query", head_dim ** -0.5),)`` undoes that (t5x trains
+      T5 with Adafactor, whose steps scale with the parameter instead).
+      Empty: every parameter at the schedule's rate.
   """
 
   steps: int = 1000
@@ -98,8 +107,16 @@ class TrainConfig:
   cycle_lengths: tuple[int, ...] = ()
   cycle_decay: float = 1.0
   patience: int = 0
+  update_scales: tuple[tuple[str, float], ...] = ()
 
   def __post_init__(self):
+    for item in self.update_scales:
+      if (not isinstance(item, (tuple, list)) or len(item) != 2 or
+          not isinstance(item[0], str) or not isinstance(item[1], (int, float))
+          or not item[1] > 0):
+        raise ValueError(
+            "update_scales must be (module name, factor > 0) pairs, e.g. "
+            f"(('query', 0.125),); got {self.update_scales!r}")
     if self.steps < 1:
       raise ValueError(f"steps must be >= 1, got {self.steps}")
     if self.cycle_lengths and sum(self.cycle_lengths) != self.steps:
@@ -205,13 +222,41 @@ def schedule(cfg: TrainConfig) -> optax.Schedule:
   return optax.join_schedules(parts, list(np.cumsum(lengths[:-1])))
 
 
+def update_scale(cfg: TrainConfig, path) -> float:
+  """The factor ``cfg.update_scales`` gives the parameter at ``path``.
+
+  Args:
+    cfg: the training config.
+    path: a ``jax.tree_util`` key path (or a tuple of names).
+
+  Returns:
+    The product of the factors of the module names on the path (1.0: none).
+  """
+  names = {str(getattr(k, "key", getattr(k, "name", k))) for k in path}
+  return float(np.prod([f for n, f in cfg.update_scales if n in names]))
+
+
+def _scale_updates(cfg: TrainConfig) -> optax.GradientTransformation:
+  """Multiplies each parameter's update by :func:`update_scale`."""
+
+  def update(updates, state, params=None):
+    del params
+    return jax.tree_util.tree_map_with_path(
+        lambda path, u: u * update_scale(cfg, path) if
+        update_scale(cfg, path) != 1.0 else u, updates), state
+  return optax.GradientTransformation(lambda _: optax.EmptyState(), update)
+
+
 def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
-  """Clip by global norm, then AdamW with :func:`schedule`."""
+  """Clip by global norm, then AdamW with :func:`schedule` (then the
+  per-module ``cfg.update_scales``, if any)."""
   decay_mask = lambda p: jax.tree.map(lambda x: x.ndim >= 2, p)
-  return optax.chain(
-      optax.clip_by_global_norm(cfg.clip_norm),
-      optax.adamw(schedule(cfg), b1=cfg.b1, b2=cfg.b2,
-                  weight_decay=cfg.weight_decay, mask=decay_mask))
+  chain = [optax.clip_by_global_norm(cfg.clip_norm),
+           optax.adamw(schedule(cfg), b1=cfg.b1, b2=cfg.b2,
+                       weight_decay=cfg.weight_decay, mask=decay_mask)]
+  if cfg.update_scales:
+    chain.append(_scale_updates(cfg))
+  return optax.chain(*chain)
 
 
 def learning_rate(cfg: TrainConfig, step: int) -> float:

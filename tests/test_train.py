@@ -1,5 +1,6 @@
 """The training loop: batches, exact loss, learning, determinism, resume."""
 
+import dataclasses
 import functools
 
 import jax
@@ -79,6 +80,10 @@ def test_config_errors():
     train.TrainConfig(steps=10, warmup_steps=4, cycle_lengths=(6, 4))
   with pytest.raises(ValueError, match="patience must be >= 0"):
     train.TrainConfig(patience=-1)
+  for bad in ((("query", 0.0),), (("query",),), ("query",)):
+    with pytest.raises(ValueError, match=r"update_scales must be \(module "
+                       r"name, factor > 0\) pairs"):
+      train.TrainConfig(update_scales=bad)
 
 
 def test_warm_restart_schedule():
@@ -219,6 +224,34 @@ def test_scale_t5_queries_only():
     np.testing.assert_allclose(ours[k], want, rtol=1e-6)
   gemma = _raw_params("gemma2_tiny")
   assert train.scale_t5_queries(tiny("gemma2_tiny"), gemma) is gemma
+
+
+def test_update_scales_scale_only_the_named_modules_updates():
+  """One AdamW step with ('query', 0.125): query kernels move exactly 1/8
+  of the unscaled step (weight decay included), every other leaf the same."""
+  params = fresh_params("t5_tiny")
+  grads = jax.tree.map(lambda x: jnp.full_like(x, 0.3) * jnp.sign(x + 1e-3),
+                       params)
+  cfg = train.TrainConfig(steps=10, warmup_steps=0, learning_rate=1e-2,
+                          weight_decay=0.1)
+  scaled = dataclasses.replace(cfg, update_scales=(("query", 0.125),))
+
+  def step(c):
+    opt = train.make_optimizer(c)
+    upd, _ = opt.update(grads, opt.init(params), params)
+    return models.flatten_params(upd)
+  plain, ours = step(cfg), step(scaled)
+  queries = [k for k in plain if "/query/" in f"/{k}"]
+  assert len(queries) == 6
+  for k in plain:
+    want = plain[k] * (0.125 if k in queries else 1.0)
+    np.testing.assert_allclose(ours[k], want, rtol=1e-6, atol=0)
+    assert np.abs(plain[k]).max() > 0
+  path = [jax.tree_util.DictKey("decoder"), jax.tree_util.DictKey("query")]
+  assert train.update_scale(scaled, path) == 0.125
+  assert train.update_scale(cfg, path) == 1.0
+  # The chain is AdamW's alone without scales (old train states resume).
+  assert len(train.make_optimizer(cfg).init(params)) == 2
 
 
 def test_bucketed_stream_deterministic_resumable_and_sorted():

@@ -1,5 +1,6 @@
 """The training script's resumable teacher passes (scripts/train_default_models.py)."""
 
+import dataclasses
 import json
 import os
 
@@ -279,6 +280,27 @@ def test_plan_stages_keep_by_metric_and_the_large_stages_stop_early():
   import pytest
   with pytest.raises(ValueError, match="keep must be one of"):
     plan.Stage(t5.config, 8, keep="final")
+
+
+def test_t5_codegen_stages_scale_the_query_updates_by_head_dim():
+  """Every t5_codegen stage scales the query kernel's updates by its
+  model's 1/sqrt(head_dim); the other families' stages do not, and the
+  schedules are otherwise t5_docstring's."""
+  plan = _script().plan
+  for (task, name), st in plan.STAGES.items():
+    scales = st.config.update_scales
+    if task != "t5_codegen":
+      assert scales == (), (task, name)
+      continue
+    head_dim = plan.ARCHS[task][name.split("_")[0]].head_dim
+    assert scales == (("query", head_dim ** -0.5),), name
+    twin = plan.STAGES[("t5_docstring", name)]
+    assert dataclasses.replace(st.config, update_scales=()) == twin.config
+  assert plan.stage("t5_codegen", "small").config.update_scales[0][1] == (
+      32 ** -0.5)
+  described = plan.describe()["stages"]["t5_codegen/large_pretrain"]
+  assert json.loads(json.dumps(described))["update_scales"] == [
+      ["query", 0.125]]
 
 
 def test_decoder_dropout_is_validated_recorded_and_applied():
