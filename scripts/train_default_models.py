@@ -241,7 +241,8 @@ def _train_seconds(history) -> float:
 
 
 def run_training(name: str, model, params, cfg, items, make, batch_size,
-                 eval_batches, workdir: str) -> tuple[dict, dict]:
+                 eval_batches, workdir: str,
+                 on_eval=None) -> tuple[dict, dict]:
   """Trains from ``params`` (or resumes); returns (best params, report)."""
   length = (lambda r: len(r[0]) + len(r[1])) if isinstance(
       items[0], tuple) else (lambda r: 0)
@@ -254,7 +255,7 @@ def run_training(name: str, model, params, cfg, items, make, batch_size,
       f"{batch_size}, {len(items):,} items")
   result = train_lib.train(model, params, cfg, stream, eval_batches,
                            workdir=workdir,
-                           log=lambda s: log(f"{name}: {s}"))
+                           log=lambda s: log(f"{name}: {s}"), on_eval=on_eval)
   hist = result.history
   rates = [h["tokens_per_s"] for h in hist if "tokens_per_s" in h]
   ran = max((h["step"] for h in hist), default=0)
@@ -262,6 +263,8 @@ def run_training(name: str, model, params, cfg, items, make, batch_size,
                 train_config=dataclasses.asdict(cfg),
                 best_step=result.best_step,
                 best_eval_objective=result.best_eval_loss,
+                eval_losses={h["step"]: h["eval_loss"] for h in hist
+                             if "eval_loss" in h},
                 final_train_loss=next((h["loss"] for h in reversed(hist)
                                        if "loss" in h), None),
                 train_seconds=round(_train_seconds(hist), 1),
@@ -353,12 +356,24 @@ def stage_train(fam: Family, stage: str, args, corpus,
   if st.decoder_dropout:
     make = functools.partial(_with_decoder_dropout, make, st.decoder_dropout,
                              fam.tok.unk_id, st.config.seed)
+  keep = "last" if stage.endswith("_pretrain") else st.keep
+  on_eval = None
+  if keep == "metric_within":  # every evaluated step is a candidate
+    on_eval = lambda step, p, _: _save_npz_params(
+        os.path.join(wd, EVAL_PARAMS, f"step_{step}.npz"), p)
   best, report = run_training(f"{fam.task}/{stage}", model, params,
                               st.config, items, make, st.batch_size,
-                              val_batches(fam), wd)
-  keep = "last" if stage.endswith("_pretrain") else st.keep
+                              val_batches(fam), wd, on_eval=on_eval)
   report["kept_step"] = report["best_step"]
-  if keep != "best":  # pretraining: still improving; see plan.Stage.keep
+  if keep == "metric_within":
+    steps = steps_within(report["eval_losses"], st.loss_tolerance)
+    log(f"{fam.task}/{stage}: steps within {st.loss_tolerance} of the best "
+        f"validation loss: {steps}")
+    cands = {s: _load_npz_params(os.path.join(
+        wd, EVAL_PARAMS, f"step_{s}.npz"), model) for s in steps}
+    best, report["kept_step"], report["candidates"] = choose_by_metric(
+        fam, model, cands, wd)
+  elif keep != "best":  # pretraining: still improving; see plan.Stage.keep
     state = train_lib.restore_state(wd, train_lib.init_state(
         params, st.config))
     if state is not None and int(state[0].step) != report["best_step"]:
@@ -390,6 +405,22 @@ def _with_decoder_dropout(make, rate: float, token_id: int, seed: int,
   """``make(rows)`` with word dropout on the decoder inputs (see
   ``train.decoder_token_dropout``)."""
   return train_lib.decoder_token_dropout(make(rows), rate, token_id, seed)
+
+
+EVAL_PARAMS = "eval_params"  # keep='metric_within': <wd>/eval_params/step_N.npz
+
+
+def steps_within(eval_losses: dict, tolerance: float) -> list[int]:
+  """Evaluated steps whose loss is within ``tolerance`` of the lowest,
+  lowest loss first (earlier step on a tie).
+
+  Args:
+    eval_losses: {step: validation loss}.
+    tolerance: nats per token above the lowest loss.
+  """
+  low = min(eval_losses.values())
+  return sorted((s for s, v in eval_losses.items() if v <= low + tolerance),
+                key=lambda s: (eval_losses[s], s))
 
 
 def choose_by_metric(fam: Family, model, candidates: dict, wd: str):

@@ -688,7 +688,9 @@ def restore_state(workdir: str, like: TrainState):
 def train(model, params, cfg: TrainConfig,
           train_batches: Callable[[int], Iterator[Batch]],
           eval_batches: Sequence[Batch] = (), workdir: str | None = None,
-          log: Callable[[str], None] | None = print) -> TrainResult:
+          log: Callable[[str], None] | None = print,
+          on_eval: Callable[[int, dict, float], None] | None = None
+          ) -> TrainResult:
   """Trains ``model`` from ``params`` for ``cfg.steps`` steps.
 
   With ``workdir``, a run that finds ``workdir/train_state.npz`` resumes from
@@ -704,6 +706,10 @@ def train(model, params, cfg: TrainConfig,
     eval_batches: fixed evaluation batches (may be empty).
     workdir: optional directory for resumable checkpoints.
     log: progress printer (None for silence).
+    on_eval: called as ``on_eval(step, params, eval loss)`` after every
+      evaluation (host parameters; before the state is checkpointed, so a
+      run killed in between repeats that evaluation and the call), e.g. to
+      keep every evaluated checkpoint for a later model selection.
 
   Returns:
     TrainResult with the best parameters.
@@ -761,6 +767,8 @@ def train(model, params, cfg: TrainConfig,
       best = (" (best)" if improved else
               f" (best {best_loss:.4f} at {best_step})")
       say(f"step {done} eval loss {loss:.4f}{best}")
+      if on_eval is not None:
+        on_eval(done, jax.device_get(state.params), loss)
       if workdir is not None:
         if improved:
           os.makedirs(workdir, exist_ok=True)

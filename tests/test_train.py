@@ -254,6 +254,26 @@ def test_update_scales_scale_only_the_named_modules_updates():
   assert len(train.make_optimizer(cfg).init(params)) == 2
 
 
+def test_on_eval_sees_every_evaluation_with_its_loss_and_params(tmp_path):
+  model = tiny("t5_tiny")
+  params = fresh_params("t5_tiny")
+  cfg = train.TrainConfig(steps=6, warmup_steps=1, eval_every=2, log_every=2,
+                          learning_rate=1e-2)
+  batch = train.seq2seq_batch(s2s_rows(), (8,), (8,), EOS)
+  seen = []
+  result = train.train(model, params, cfg, lambda start: iter(
+      lambda: batch, None), [batch], workdir=None, log=None,
+      on_eval=lambda step, p, loss: seen.append((step, p, loss)))
+  evals = [(h["step"], h["eval_loss"]) for h in result.history
+           if "eval_loss" in h]
+  assert [(s, l) for s, _, l in seen] == evals and len(evals) == 3
+  best = min(range(3), key=lambda i: seen[i][2])
+  for a, b in zip(jax.tree.leaves(seen[best][1]),
+                  jax.tree.leaves(result.params)):
+    np.testing.assert_array_equal(a, b)
+  assert seen[0][2] != seen[-1][2]
+
+
 def test_bucketed_stream_deterministic_resumable_and_sorted():
   items = [[0] * n for n in (5, 1, 9, 3, 7, 2, 8, 4, 6, 10)]
   make = lambda xs: {"lengths": np.array([len(x) for x in xs])}

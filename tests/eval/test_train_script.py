@@ -354,6 +354,29 @@ def test_choose_by_metric_keeps_the_better_greedy_metric(tmp_path,
                                  str(tmp_path))[:2] == ("a", 150)
 
 
+def test_metric_within_considers_the_steps_near_the_best_loss():
+  """keep='metric_within': the candidates are the evaluated steps within
+  the tolerance of the lowest validation loss, lowest loss first (the
+  seventh build's large: 550 is out, 300 in)."""
+  script = _script()
+  losses = {50: 2.6999, 100: 2.7257, 150: 2.6975, 200: 2.6999, 250: 2.7385,
+            300: 2.7167, 350: 2.7388, 400: 2.8018, 550: 2.8687}
+  assert script.steps_within(losses, 0.05) == [150, 50, 200, 300, 100, 250,
+                                               350]
+  assert script.steps_within(losses, 0.001) == [150]
+  assert script.steps_within({10: 1.0, 5: 1.0}, 0.0) == [5, 10]
+  plan = script.plan
+  st = plan.stage("t5_codegen", "large")
+  assert (st.keep, st.loss_tolerance) == ("metric_within", 0.05)
+  assert plan.stage("gemma_completion", "large").loss_tolerance == 0.0
+  import pytest
+  for keep, tol in (("metric_within", 0.0), ("metric", 0.05),
+                    ("metric_within", -1.0)):
+    with pytest.raises(ValueError, match="loss_tolerance must be > 0 with "
+                       "keep='metric_within' and 0 otherwise"):
+      plan.Stage(st.config, 8, keep=keep, loss_tolerance=tol)
+
+
 def test_report_table_shows_alpha_and_accepted_over_drafted():
   """The report's family table: per size, cost ratio, losses, metrics,
   loops, and acceptance vs the large model as 'alpha (accepted/drafted)'."""
