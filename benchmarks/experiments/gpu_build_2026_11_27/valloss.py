@@ -1,0 +1,25 @@
+"""Validation loss (ground truth, teacher forcing) of a stage's params npz."""
+import os, sys
+sys.path.insert(0, "scripts")
+import default_models_bundle as bl
+import default_models_plan as plan
+import train_default_models as tdm
+from specdec_jax.eval import default_models as dm
+from specdec_jax.eval import default_models_eval as dme
+from specdec_jax.models import model_from_config
+from specdec_jax import tokenizer as tokenizer_lib
+import json
+B = "benchmarks/build_state/t5_codegen_bundle/t5_codegen"
+spec = dm.TASKS["t5_codegen"]
+tok = tokenizer_lib.Tokenizer(os.path.join(B, "tokenizer.model"), "t5", extra_ids=0)
+exs = json.load(open(os.path.join(B, "examples.json")))
+val = dme.tokenize(tok, spec, exs["validation"])
+make = dme.batch_maker(spec, tok.eos_id, 0.0)
+for arg in sys.argv[1:]:
+  level, path = arg.split("=")
+  if path.endswith(".npz"):
+    model = model_from_config(plan.arch("t5_codegen", level, tok))
+    params = tdm._load_npz_params(path, model)
+  else:
+    model, params = tdm.load_saved(path)
+  print(level, path, round(dme.heldout_loss(model, params, val, make), 4), flush=True)
