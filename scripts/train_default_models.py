@@ -359,6 +359,7 @@ def stage_train(fam: Family, stage: str, args, corpus,
   keep = "last" if stage.endswith("_pretrain") else st.keep
   on_eval = None
   if keep == "metric_within":  # every evaluated step is a candidate
+    os.makedirs(os.path.join(wd, EVAL_PARAMS), exist_ok=True)
     on_eval = lambda step, p, _: _save_npz_params(
         os.path.join(wd, EVAL_PARAMS, f"step_{step}.npz"), p)
   best, report = run_training(f"{fam.task}/{stage}", model, params,
