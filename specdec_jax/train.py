@@ -239,11 +239,13 @@ def update_scale(cfg: TrainConfig, path) -> float:
 def _scale_updates(cfg: TrainConfig) -> optax.GradientTransformation:
   """Multiplies each parameter's update by :func:`update_scale`."""
 
+  def scale(path, u):
+    factor = update_scale(cfg, path)  # trace time: a Python float
+    return u if factor == 1.0 else u * factor
+
   def update(updates, state, params=None):
     del params
-    return jax.tree_util.tree_map_with_path(
-        lambda path, u: u * update_scale(cfg, path) if
-        update_scale(cfg, path) != 1.0 else u, updates), state
+    return jax.tree_util.tree_map_with_path(scale, updates), state
   return optax.GradientTransformation(lambda _: optax.EmptyState(), update)
 
 

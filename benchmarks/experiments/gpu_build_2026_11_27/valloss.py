@@ -15,11 +15,18 @@ tok = tokenizer_lib.Tokenizer(os.path.join(B, "tokenizer.model"), "t5", extra_id
 exs = json.load(open(os.path.join(B, "examples.json")))
 val = dme.tokenize(tok, spec, exs["validation"])
 make = dme.batch_maker(spec, tok.eos_id, 0.0)
-for arg in sys.argv[1:]:
+
+
+def load(arg):
+  """(model, params) of ``LEVEL=PATH`` (a saved model dir or stage npz)."""
   level, path = arg.split("=")
   if path.endswith(".npz"):
     model = model_from_config(plan.arch("t5_codegen", level, tok))
-    params = tdm._load_npz_params(path, model)
-  else:
-    model, params = tdm.load_saved(path)
-  print(level, path, round(dme.heldout_loss(model, params, val, make), 4), flush=True)
+    return model, tdm._load_npz_params(path, model)
+  return tdm.load_saved(path)
+
+
+if __name__ == "__main__":
+  for arg in sys.argv[1:]:
+    model, params = load(arg)
+    print(arg, round(dme.heldout_loss(model, params, val, make), 4), flush=True)
