@@ -285,7 +285,7 @@ def test_plan_stages_keep_by_metric_and_the_large_stages_stop_early():
 def test_t5_codegen_stages_scale_the_query_updates_by_head_dim():
   """Every t5_codegen stage scales the query kernel's updates by its
   model's 1/sqrt(head_dim); the other families' stages do not, and the
-  schedules are otherwise t5_docstring's."""
+  schedules are otherwise t5_docstring's (but for the large's patience)."""
   plan = _script().plan
   for (task, name), st in plan.STAGES.items():
     scales = st.config.update_scales
@@ -295,7 +295,8 @@ def test_t5_codegen_stages_scale_the_query_updates_by_head_dim():
     head_dim = plan.ARCHS[task][name.split("_")[0]].head_dim
     assert scales == (("query", head_dim ** -0.5),), name
     twin = plan.STAGES[("t5_docstring", name)]
-    assert dataclasses.replace(st.config, update_scales=()) == twin.config
+    assert dataclasses.replace(st.config, update_scales=(),
+                               patience=twin.config.patience) == twin.config
   assert plan.stage("t5_codegen", "small").config.update_scales[0][1] == (
       32 ** -0.5)
   described = plan.describe()["stages"]["t5_codegen/large_pretrain"]
@@ -368,6 +369,7 @@ def test_metric_within_considers_the_steps_near_the_best_loss():
   plan = script.plan
   st = plan.stage("t5_codegen", "large")
   assert (st.keep, st.loss_tolerance) == ("metric_within", 0.05)
+  assert st.config.patience == plan.CODEGEN_PATIENCE == 4
   assert plan.stage("gemma_completion", "large").loss_tolerance == 0.0
   import pytest
   for keep, tol in (("metric_within", 0.0), ("metric", 0.05),
