@@ -1,7 +1,12 @@
-"""Greedy validation check (train_default_models.check_large) of saved models / npz params."""
+"""Greedy validation check (train_default_models.check_large) of saved
+models / npz params; ``EXAMPLES=N`` checks the first N validation examples
+instead of ``plan.CHECK_EXAMPLES`` (``EXAMPLES=all``: the whole split)."""
 import os, sys, json, types, tempfile
 sys.path.insert(0, "scripts")
 import default_models_plan as plan, train_default_models as tdm
+if os.environ.get("EXAMPLES"):
+  n = os.environ["EXAMPLES"]
+  plan.CHECK_EXAMPLES = None if n == "all" else int(n)  # exs[:None]: all
 from specdec_jax.eval import default_models as dm
 from specdec_jax.models import model_from_config
 from specdec_jax import tokenizer as tokenizer_lib

@@ -36,7 +36,7 @@ copy_assets() {
 }
 R=benchmarks/results
 step assets copy_assets
-step families env SPECDEC_TEST_DEFAULT_MODELS="$A" $PY -m pytest -q tests/eval/test_default_families.py tests/eval/test_default_models.py
+step families $PY -m pytest -q tests/eval/test_default_families.py tests/eval/test_default_models.py
 step golden $PY -m tests.decoding.golden --record_new
 step main_job bash -c "rm -rf results/main_job; $PY -m specdec_jax.main main 2>&1 | tee /tmp/main_job_console.log"
 copy_main_job() {  # the committed files (results.jsonl is not; see main_job/README.md)

@@ -1,4 +1,5 @@
-"""Validation loss (ground truth, teacher forcing) of a stage's params npz."""
+"""Held-out loss (ground truth, teacher forcing) of saved models / stage
+params npz: ``[SPLIT=validation,test] python valloss.py LEVEL=PATH ...``."""
 import os, sys
 sys.path.insert(0, "scripts")
 import default_models_bundle as bl
@@ -27,6 +28,9 @@ def load(arg):
 
 
 if __name__ == "__main__":
+  splits = {s: val if s == "validation" else dme.tokenize(tok, spec, exs[s])
+            for s in os.environ.get("SPLIT", "validation").split(",")}
   for arg in sys.argv[1:]:
     model, params = load(arg)
-    print(arg, round(dme.heldout_loss(model, params, val, make), 4), flush=True)
+    print(arg, *(f"{s} {dme.heldout_loss(model, params, rows, make):.4f}"
+                 for s, rows in splits.items()), flush=True)
