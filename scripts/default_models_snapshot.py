@@ -25,6 +25,10 @@ What is kept (everything else is recomputed by the build, deterministically):
                                                 while its next stage is not
                                                 finished (already bfloat16
                                                 values: exact)
+  <task>/large/model/                           a self-distilling task's
+                                                fine-tuned large while its
+                                                teacher or large_distill
+                                                stage is not finished
   <stage>[/onpolicy]/train_state.npz,           a stage in progress that has
   best_params.npz, history.json                 trained >= --min_running_minutes,
                                                 as bfloat16 (see below; no
@@ -60,8 +64,23 @@ BF16_PREFIX = "bf16__"
 MANIFEST = "manifest.json"
 # stage -> the stages that read its result (its result is kept while one of
 # them is unfinished).
-CONSUMERS = {"large_pretrain": ("large",), "teacher": ("medium", "small"),
+CONSUMERS = {"large_pretrain": ("large",),
+             "large": ("teacher", "large_distill"),
+             "teacher": ("medium", "small", "large_distill"),
              "medium_pretrain": ("medium",), "small_pretrain": ("small",)}
+# The fine-tuned large of a self-distilling task (plan.SELF_DISTILL_TASKS),
+# saved apart from the shipped verifier; only such a task has a
+# large_distill stage to wait for.
+FINETUNED = "large/model"
+
+
+def _pending(tdir: str, consumer: str) -> bool:
+  """Whether the stage ``consumer`` of the task in ``tdir`` is still to
+  run."""
+  if consumer == "large_distill" and not os.path.isdir(
+      os.path.join(tdir, FINETUNED)):
+    return False
+  return not _done(os.path.join(tdir, consumer))
 
 
 def _bf16_bits(x: np.ndarray) -> np.ndarray:
@@ -152,8 +171,7 @@ def plan_files(workdir: str, out: str, min_running_seconds: float = 0.0
       if not os.path.isdir(sdir):
         continue
       rel = f"{task}/{stage}"
-      needed = any(not _done(os.path.join(tdir, c))
-                   for c in CONSUMERS.get(stage, ()))
+      needed = any(_pending(tdir, c) for c in CONSUMERS.get(stage, ()))
       done = _done(sdir)
       if done and (stage != "teacher" or not needed):
         add("copy", workdir, "workdir", f"{rel}/done.json")
@@ -162,6 +180,11 @@ def plan_files(workdir: str, out: str, min_running_seconds: float = 0.0
           add("copy", workdir, "workdir", f"{rel}/{name}")
       if done and needed and stage.endswith("_pretrain"):
         add("pack", workdir, "workdir", f"{rel}/final_params.npz")
+      if done and needed and stage == "large":
+        model_dir = os.path.join(tdir, FINETUNED)
+        for name in (sorted(os.listdir(model_dir))
+                     if os.path.isdir(model_dir) else ()):
+          add("copy", workdir, "workdir", f"{task}/{FINETUNED}/{name}")
       if not done and _trained_seconds(sdir) >= min_running_seconds:
         for sub in ("", "onpolicy"):  # in progress: its training state(s)
           d = f"{rel}/{sub}".rstrip("/")

@@ -21,6 +21,10 @@ state is checkpointed to ``--workdir/<task>/<stage>`` at every evaluation):
                    training and validation inputs, greedy outputs on <= 8,000
                    more task inputs from the pretraining files, and its
                    top-k log-probabilities along them and the ground truth
+  large_distill    (plan.SELF_DISTILL_TASKS only) the fine-tuned large
+                   distilled from the teacher's rows (its own outputs + the
+                   ground truth): a born-again round -> ``<out>/<task>/verifier``
+                   (the fine-tuned one stays in ``<workdir>/<task>/large/model``)
   medium_pretrain  the medium model (~3.6x cheaper than the large) on plain
                    text
   medium           ... distilled (KL to the teacher + data loss), then a
@@ -79,8 +83,23 @@ import default_models_bundle as bundle_lib  # pylint: disable=g-import-not-at-to
 import default_models_plan as plan  # pylint: disable=g-import-not-at-top,wrong-import-position
 from stage_lock import stage_lock  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-STAGES = ("large_pretrain", "large", "teacher", "medium_pretrain", "medium",
-          "small_pretrain", "small", "eval")
+STAGES = ("large_pretrain", "large", "teacher", "large_distill",
+          "medium_pretrain", "medium", "small_pretrain", "small", "eval")
+
+
+def self_distills(task: str) -> bool:
+  """Whether ``task``'s shipped large is its large_distill stage's result."""
+  return task in plan.SELF_DISTILL_TASKS
+
+
+def finetuned_dir(args, task: str) -> str:
+  """Where the large stage saves its fine-tuned model (the teacher's): the
+  shipped verifier, or, for a self-distilling task, ``<workdir>/<task>/large/
+  model`` (its large_distill stage writes the verifier)."""
+  if self_distills(task):
+    return os.path.join(args.workdir, task, "large", "model")
+  return os.path.join(args.out, task, dm.LEVEL_DIRS["large"])
+
 
 
 def log(msg: str) -> None:
@@ -390,7 +409,7 @@ def stage_train(fam: Family, stage: str, args, corpus,
       report["pretraining"] = fam.pretraining_record(pretrain_bytes(
           args, fam.task))
   else:
-    out = os.path.join(args.out, fam.task, dm.LEVEL_DIRS["large"])
+    out = finetuned_dir(args, fam.task)
     report.update(save_model(out, model, best))
     report["check"] = check_large(fam, out)
   report["wall_seconds"] = round(time.perf_counter() - t0, 1)
@@ -424,20 +443,22 @@ def steps_within(eval_losses: dict, tolerance: float) -> list[int]:
                 key=lambda s: (eval_losses[s], s))
 
 
-def choose_by_metric(fam: Family, model, candidates: dict, wd: str):
+def choose_by_metric(fam: Family, model, candidates: dict, wd: str,
+                     examples=None):
   """(params, step, checks) of the candidate with the best greedy
   validation metric (:func:`check_large` of each, saved as shipped; the
   first candidate, the best-loss one, wins a tie).
 
   Args:
     candidates: {step: params}, best-loss step first.
+    examples: the validation examples checked (default: check_large's).
   """
   metric = fam.spec.metrics[0]
   checks, best_step = {}, None
   for step, params in candidates.items():
     out = os.path.join(wd, f"candidate_{step}")
     save_model(out, model, params)
-    checks[str(step)] = check_large(fam, out)
+    checks[str(step)] = check_large(fam, out, examples)
     if best_step is None or checks[str(step)][metric] > checks[str(
         best_step)][metric]:
       best_step = step
@@ -446,14 +467,20 @@ def choose_by_metric(fam: Family, model, candidates: dict, wd: str):
   return candidates[best_step], best_step, checks
 
 
-def check_large(fam: Family, out: str) -> dict:
+def check_large(fam: Family, out: str, examples=None) -> dict:
   """Greedy quality of the saved large model on validation examples (a
-  quick look before the drafters are distilled from it)."""
+  quick look before the drafters are distilled from it).
+
+  Args:
+    examples: the examples decoded (default: the first
+      ``plan.CHECK_EXAMPLES`` of the validation split).
+  """
   model, params = load_saved(out)
   pair = dm.DefaultPair(fam.task, model, model, params, params, fam.tok,
                         fam.spec.metrics, fam.spec.max_new_tokens,
                         model.is_encoder_decoder, fam.spec)
-  exs = fam.examples["validation"][:plan.CHECK_EXAMPLES]
+  exs = examples if examples is not None else (
+      fam.examples["validation"][:plan.CHECK_EXAMPLES])
   preds, stats = dme.decode(pair, decoding.make_method("target_only"), exs,
                             verifier="large")
   row = dme.quality(pair, exs, preds)
@@ -566,8 +593,7 @@ def stage_teacher(fam: Family, args, progress: Progress) -> dict:
     return done
   require_done(fam, args, "teacher", "large")
   t0 = time.perf_counter()
-  model, params = load_saved(os.path.join(args.out, fam.task,
-                                          dm.LEVEL_DIRS["large"]))
+  model, params = load_saved(finetuned_dir(args, fam.task))
   extra = dme.tokenize(fam.tok, fam.spec, fam.examples["extra"])
   report = dict(extra_inputs=len(extra))
   for split, rows in (("validation", fam.val_rows), ("train", fam.train_rows),
@@ -596,6 +622,62 @@ def stage_teacher(fam: Family, args, progress: Progress) -> dict:
   return report
 
 
+def _distill_data(fam: Family, args):
+  """(training rows, make, validation batches) of the teacher's rows."""
+  tdir = os.path.join(args.workdir, fam.task, "teacher")
+  rows = distill_lib.load_rows(os.path.join(tdir, "train.npz"))
+  if os.path.isfile(os.path.join(tdir, "extra.npz")):
+    rows += distill_lib.load_rows(os.path.join(tdir, "extra.npz"))
+  val = distill_lib.load_rows(os.path.join(tdir, "validation.npz"))
+  base = dme.batch_maker(fam.spec, fam.tok.eos_id, plan.PROMPT_WEIGHT)
+  make = lambda rs: distill_lib.batch(rs, base, fam.spec.family)
+  val = sorted(val, key=lambda r: len(r.inputs) + len(r.targets))
+  evals = [make(val[i:i + 32]) for i in range(0, len(val), 32)]
+  return rows, make, evals
+
+
+def stage_large_distill(fam: Family, args, progress: Progress) -> dict:
+  """The fine-tuned large distilled from the teacher's rows: its own greedy
+  and sampled outputs (KL to its top-k) plus the ground truth (data loss),
+  from its fine-tuned parameters -> the shipped verifier
+  (``plan.SELF_DISTILL_TASKS``). keep='metric': of its best-objective and
+  last parameters, the one with the better greedy BLEU on the whole
+  validation split (the distillation objective, KL to its own outputs
+  included, says little about greedy quality)."""
+  wd = os.path.join(args.workdir, fam.task, "large_distill")
+  done = stage_done(wd)
+  if done and not args.force:
+    return done
+  require_done(fam, args, "large_distill", "large", "teacher")
+  st = plan.stage(fam.task, "large_distill", args.smoke, args.smoke_steps)
+  t0 = time.perf_counter()
+  model, params = load_saved(finetuned_dir(args, fam.task))
+  rows, make, evals = _distill_data(fam, args)
+  best, report = run_training(f"{fam.task}/large_distill", model, params,
+                              st.config, rows, make, st.batch_size, evals, wd)
+  report["kept_step"] = report["best_step"]
+  exs = fam.examples["validation"]
+  if st.keep == "metric":
+    state = train_lib.restore_state(wd, train_lib.init_state(
+        params, st.config))
+    if state is not None and int(state[0].step) != report["best_step"]:
+      last, last_step = jax.device_get(state[0].params), int(state[0].step)
+      best, report["kept_step"], report["candidates"] = choose_by_metric(
+          fam, model, {report["best_step"]: best, last_step: last}, wd, exs)
+  elif st.keep != "best":
+    raise ValueError(f"large_distill keeps 'best' or 'metric', not "
+                     f"{st.keep!r}")
+  out = os.path.join(args.out, fam.task, dm.LEVEL_DIRS["large"])
+  report.update(save_model(out, model, best))
+  report["check"] = check_large(fam, out, exs)
+  report["wall_seconds"] = round(time.perf_counter() - t0, 1)
+  mark_done(wd, report)
+  progress.add(task=fam.task, stage="large_distill", **{
+      k: report[k] for k in ("best_eval_objective", "train_seconds",
+                             "tokens_per_s", "wall_seconds")})
+  return report
+
+
 def stage_distill(fam: Family, level: str, args, progress: Progress) -> dict:
   """medium / small: a student distilled from the shipped large model.
 
@@ -612,23 +694,16 @@ def stage_distill(fam: Family, level: str, args, progress: Progress) -> dict:
   done = stage_done(wd)
   if done and not args.force:
     return done
-  require_done(fam, args, level, f"{level}_pretrain", "teacher")
+  require_done(fam, args, level, f"{level}_pretrain", "teacher",
+               *(("large_distill",) if self_distills(fam.task) else ()))
   st = plan.stage(fam.task, level, args.smoke, args.smoke_steps)
   st2 = plan.stage(fam.task, f"{level}_onpolicy", args.smoke,
                    args.smoke_steps)
-  tdir = os.path.join(args.workdir, fam.task, "teacher")
   t0 = time.perf_counter()
   model = model_from_config(plan.arch(fam.task, level, fam.tok))
   params = _load_npz_params(os.path.join(
       args.workdir, fam.task, f"{level}_pretrain", "final_params.npz"), model)
-  rows = distill_lib.load_rows(os.path.join(tdir, "train.npz"))
-  if os.path.isfile(os.path.join(tdir, "extra.npz")):
-    rows += distill_lib.load_rows(os.path.join(tdir, "extra.npz"))
-  val = distill_lib.load_rows(os.path.join(tdir, "validation.npz"))
-  base = dme.batch_maker(fam.spec, fam.tok.eos_id, plan.PROMPT_WEIGHT)
-  make = lambda rs: distill_lib.batch(rs, base, fam.spec.family)
-  val = sorted(val, key=lambda r: len(r.inputs) + len(r.targets))
-  evals = [make(val[i:i + 32]) for i in range(0, len(val), 32)]
+  rows, make, evals = _distill_data(fam, args)
   best, report = run_training(f"{fam.task}/{level}", model, params, st.config,
                               rows, make, st.batch_size, evals, wd)
   onpolicy = os.path.join(wd, "onpolicy.npz")
@@ -675,7 +750,8 @@ def stage_eval(fam: Family, args, progress: Progress) -> dict:
   done = stage_done(wd)
   if done and not args.force:
     return done
-  require_done(fam, args, "eval", "large", "medium", "small")
+  require_done(fam, args, "eval", "large", "medium", "small",
+               *(("large_distill",) if self_distills(fam.task) else ()))
   t0 = time.perf_counter()
   pair = dm.load(fam.task, assets=args.out)
   test = fam.examples["test"]
@@ -775,6 +851,8 @@ def run_stage(fam: Family, stage: str, args, corpus,
     return stage_train(fam, stage, args, corpus, progress)
   if stage == "teacher":
     return stage_teacher(fam, args, progress)
+  if stage == "large_distill":
+    return stage_large_distill(fam, args, progress)
   if stage in ("medium", "small"):
     return stage_distill(fam, stage, args, progress)
   return stage_eval(fam, args, progress)
@@ -942,6 +1020,8 @@ def main():
     last -= 1
   for stage, task in order:
     if STAGES.index(stage) > last or only and stage not in only:
+      continue
+    if stage == "large_distill" and not self_distills(task):
       continue
     fam = families[task]
     log(f"=== {task}: {stage}")

@@ -196,3 +196,25 @@ def test_a_stage_resumed_from_a_snapshot_continues_the_run(tmp_path):
   # Far closer to the uninterrupted run than to where training started.
   assert gap(full.params, resumed.params) < 2e-2
   assert gap(full.params, resumed.params) < 0.2 * gap(full.params, params)
+
+
+def test_a_self_distilling_task_keeps_its_finetuned_large_until_used(
+    tmp_path):
+  """The fine-tuned large (``large/model``) and the teacher's state are kept
+  while the large_distill stage, which reads both, is unfinished."""
+  wd, out = _fake_build(tmp_path)
+  t5 = os.path.join(wd, "t5_docstring")
+  _write(os.path.join(t5, "large", "model", "config.json"), "{}")
+  _write(os.path.join(t5, "large", "model", "params.safetensors"), "w")
+  for level in ("medium", "small"):
+    _write(os.path.join(t5, level, "done.json"), "{}")
+  rel = "workdir/t5_docstring"
+  kept = {r for _, _, r in snap.plan_files(wd, out)}
+  assert {f"{rel}/large/model/config.json",
+          f"{rel}/large/model/params.safetensors"} <= kept
+  assert f"{rel}/teacher/done.json" not in kept  # its rows: large_distill's
+  _write(os.path.join(t5, "large_distill", "done.json"), "{}")
+  kept = {r for _, _, r in snap.plan_files(wd, out)}
+  assert f"{rel}/large_distill/done.json" in kept
+  assert f"{rel}/teacher/done.json" in kept
+  assert not any("/large/model/" in r for r in kept)

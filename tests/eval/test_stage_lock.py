@@ -81,3 +81,17 @@ def test_a_stage_without_its_inputs_names_the_missing_stage(tmp_path):
   with pytest.raises(RuntimeError, match="t5_docstring/teacher needs the "
                      "finished 'large' stage.*--only large"):
     script.stage_teacher(fam, args, None)
+
+
+def test_a_self_distilling_tasks_students_wait_for_large_distill(tmp_path):
+  """t5_codegen's students are scored on-policy by the shipped (distilled)
+  large: they need the large_distill stage, which needs the teacher."""
+  import types
+  script = load_script("train_default_models")
+  fam = types.SimpleNamespace(task="t5_codegen")
+  args = types.SimpleNamespace(workdir=str(tmp_path), force=False)
+  for stage in ("small_pretrain", "teacher", "large"):
+    script.mark_done(str(tmp_path / "t5_codegen" / stage), {})
+  with pytest.raises(RuntimeError, match="t5_codegen/small needs the "
+                     "finished 'large_distill' stage.*--only large_distill"):
+    script.stage_distill(fam, "small", args, None)

@@ -5,6 +5,7 @@ import json
 import os
 
 import numpy as np
+import pytest
 
 from tests import load_script
 
@@ -285,7 +286,8 @@ def test_plan_stages_keep_by_metric_and_the_large_stages_stop_early():
 def test_t5_codegen_stages_scale_the_query_updates_by_head_dim():
   """Every t5_codegen stage scales the query kernel's updates by its
   model's 1/sqrt(head_dim); the other families' stages do not, and the
-  schedules are otherwise t5_docstring's (but for the large's patience)."""
+  schedules are otherwise t5_docstring's (but for the large's patience and
+  the large_distill stage, which only t5_codegen has)."""
   plan = _script().plan
   for (task, name), st in plan.STAGES.items():
     scales = st.config.update_scales
@@ -294,6 +296,9 @@ def test_t5_codegen_stages_scale_the_query_updates_by_head_dim():
       continue
     head_dim = plan.ARCHS[task][name.split("_")[0]].head_dim
     assert scales == (("query", head_dim ** -0.5),), name
+    if name == "large_distill":  # t5_codegen's own stage (no twin)
+      assert st.keep == "metric" and st.config.steps == 600
+      continue
     twin = plan.STAGES[("t5_docstring", name)]
     assert dataclasses.replace(st.config, update_scales=(),
                                patience=twin.config.patience) == twin.config
@@ -343,8 +348,14 @@ def test_choose_by_metric_keeps_the_better_greedy_metric(tmp_path,
   monkeypatch.setattr(script, "save_model",
                       lambda out, model, params: saved.append(
                           (os.path.basename(out), params)))
-  monkeypatch.setattr(script, "check_large", lambda fam, out: dict(
-      rouge2=scores[os.path.basename(out)], repetition_loop_fraction=0.0))
+  checked = []
+
+  def check(fam, out, examples=None):
+    checked.append(examples)
+    return dict(rouge2=scores[os.path.basename(out)],
+                repetition_loop_fraction=0.0)
+
+  monkeypatch.setattr(script, "check_large", check)
   params, step, checks = script.choose_by_metric(
       fam, None, {150: "p150", 550: "p550"}, str(tmp_path))
   assert (params, step) == ("p550", 550)
@@ -353,6 +364,10 @@ def test_choose_by_metric_keeps_the_better_greedy_metric(tmp_path,
   scores["candidate_550"] = 3.31
   assert script.choose_by_metric(fam, None, {150: "a", 550: "b"},
                                  str(tmp_path))[:2] == ("a", 150)
+  # The examples checked are passed through (large_distill: the whole
+  # validation split); by default check_large's own.
+  script.choose_by_metric(fam, None, {150: "a"}, str(tmp_path), ["e"])
+  assert checked == [None] * 4 + [["e"]]
 
 
 def test_metric_within_considers_the_steps_near_the_best_loss():
@@ -483,3 +498,65 @@ def test_a_data_bundle_gives_another_machine_the_same_training_data(
     script.families_from_bundle(args2, ["t5_codegen"])
   with pytest.raises(ValueError, match="not a data bundle"):
     script.bundle_lib.read_info(str(tmp_path))
+
+
+def test_large_distill_trains_the_finetuned_large_into_the_verifier(
+    tmp_path, monkeypatch):
+  """A self-distilling task: the large stage's model stays in the workdir
+  (the teacher's), large_distill trains it on the teacher's rows into the
+  shipped verifier, and a finished stage is not trained again."""
+  import types
+  from specdec_jax.checkpoints import native
+  from specdec_jax.eval import default_models as dm
+  from specdec_jax.eval import default_models_eval as dme
+  from specdec_jax.eval import distill as distill_lib
+  from tests.eval.test_harness import stand_in_examples
+  script = _script()
+  plan = load_script("default_models_plan")
+  assert script.self_distills("t5_codegen")
+  assert not script.self_distills("gemma_completion")
+  fam, model, params = _tiny_family(script, n=8)
+  fam = dataclasses.replace(fam, task="t5_codegen", examples=dict(
+      fam.examples, validation=stand_in_examples(4, seed=5)))
+  args = types.SimpleNamespace(workdir=str(tmp_path / "wd"),
+                               out=str(tmp_path / "out"), force=False,
+                               smoke=True, smoke_steps=2)
+  tuned = script.finetuned_dir(args, "t5_codegen")
+  assert tuned == os.path.join(args.workdir, "t5_codegen", "large", "model")
+  assert script.finetuned_dir(args, "gemma_completion") == os.path.join(
+      args.out, "gemma_completion", dm.LEVEL_DIRS["large"])
+  with pytest.raises(RuntimeError, match="t5_codegen/large_distill needs "
+                     "the finished 'large' stage"):
+    script.stage_large_distill(fam, args, None)
+  script.save_model(tuned, model, params)
+  tdir = os.path.join(args.workdir, "t5_codegen", "teacher")
+  pairs = [(dm.encode_inputs(fam.tok, fam.spec, e["inputs"]),
+            dm.encode_targets(fam.tok, fam.spec, e["targets"]))
+           for e in fam.examples["train"]]
+  rows = distill_lib.teacher_rows(
+      model, params, pairs, [True, False] * 4,
+      dme.batch_maker(fam.spec, fam.tok.eos_id), "t5", k=4)
+  distill_lib.save_rows(os.path.join(tdir, "train.npz"), rows)
+  distill_lib.save_rows(os.path.join(tdir, "validation.npz"), rows[:4])
+  for stage in ("large", "teacher"):
+    script.mark_done(os.path.join(args.workdir, "t5_codegen", stage), {})
+  with open(os.path.join(tuned, native.PARAMS), "rb") as f:
+    tuned_bytes = f.read()
+  report = script.stage_large_distill(fam, args,
+                                      script.Progress(args.workdir))
+  assert report["steps_run"] == 2 and report["batch_size"] == 8
+  assert report["kept_step"] == 2  # best = last: nothing to choose
+  assert report["check"]["examples"] == 4
+  assert [list(x) for x in report["train_config"]["update_scales"]] == [
+      ["query", plan.ARCHS["t5_codegen"]["large"].head_dim ** -0.5]]
+  shipped = os.path.join(args.out, "t5_codegen", dm.LEVEL_DIRS["large"])
+  _, new = native.load(shipped, dtype="float32")
+  _, old = native.load(tuned, dtype="float32")
+  with open(os.path.join(tuned, native.PARAMS), "rb") as f:
+    assert f.read() == tuned_bytes  # the teacher's model is left as it was
+  import jax
+  diffs = jax.tree_util.tree_leaves(jax.tree_util.tree_map(
+      lambda a, b: float(np.abs(a - b).max()), new, old))
+  assert max(diffs) > 0  # trained
+  monkeypatch.setattr(script, "run_training", lambda *a, **k: 1 / 0)
+  assert script.stage_large_distill(fam, args, None)["steps_run"] == 2
