@@ -476,8 +476,10 @@ def report_markdown(meta: dict) -> str:
 
 
 def _training_seconds(stages: dict) -> dict:
-  """Training seconds per size (its own stages; teacher time -> drafters)."""
+  """Training seconds per size (its own stages, large_distill included;
+  teacher time -> drafters)."""
   get = lambda s: float(stages.get(s, {}).get("train_seconds", 0.0))
-  return dict(large=get("large_pretrain") + get("large"),
+  return dict(large=get("large_pretrain") + get("large") +
+              get("large_distill"),
               medium=get("medium_pretrain") + get("medium"),
               small=get("small_pretrain") + get("small"))

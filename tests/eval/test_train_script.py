@@ -428,6 +428,17 @@ def test_report_table_shows_alpha_and_accepted_over_drafted():
   assert "| large | 160 | 12.00 M | 1.0x | 2.400 | 2.500 | 10.00 | 2.0% | " \
          "- | 0 |" in text
   assert "Leviathan et al. (Table 2)" in text
+  # Training time per size: its own stages (the large's self-distillation
+  # included).
+  meta["pairs"]["g"]["stages"] = {
+      "large_pretrain": dict(train_seconds=100.0),
+      "large": dict(train_seconds=20.0),
+      "large_distill": dict(train_seconds=30.0),
+      "small": dict(train_seconds=7.0), "teacher": dict(wall_seconds=9.0)}
+  text = plan.report_markdown(meta)
+  assert "| large | 160 | 12.00 M | 1.0x | 2.400 | 2.500 | 10.00 | 2.0% | " \
+         "- | 150 |" in text
+  assert "0.610 (0.276) | 7 |" in text
 
 
 def test_a_data_bundle_gives_another_machine_the_same_training_data(
