@@ -277,9 +277,15 @@ STAGES.update({("t5_codegen", s): _codegen_stage("t5_codegen", s, st)
 # parameters; the teacher rows stay those of the fine-tuned large, and the
 # students' on-policy round is scored by the distilled (shipped) one.
 SELF_DISTILL_TASKS = ("t5_codegen",)
+# Two cycles (warm restart at step 600, SGDR): the first 600-step cycle
+# lifted the large's greedy test BLEU from 7.70 to 9.28 (and its test loss
+# from 2.727 to 2.718) with its validation objective still falling at the
+# end (3.022 at 100 -> 2.890 at 600), while the medium (10.16) had had 3,500
+# steps of distillation; the second cycle continues that run exactly.
 STAGES[("t5_codegen", "large_distill")] = _query_scaled(
     "t5_codegen", "large_distill",
-    Stage(_cfg(600, 3e-4, 50, 100, seed=17), 32, keep="metric"))
+    Stage(dataclasses.replace(_cfg(1500, 3e-4, 50, 100, seed=17),
+                              cycle_lengths=(600, 900)), 32, keep="metric"))
 
 
 def arch(task: str, level: str, tok=None):

@@ -297,7 +297,7 @@ def test_t5_codegen_stages_scale_the_query_updates_by_head_dim():
     head_dim = plan.ARCHS[task][name.split("_")[0]].head_dim
     assert scales == (("query", head_dim ** -0.5),), name
     if name == "large_distill":  # t5_codegen's own stage (no twin)
-      assert st.keep == "metric" and st.config.steps == 600
+      assert st.keep == "metric" and st.config.steps == 1500
       continue
     twin = plan.STAGES[("t5_docstring", name)]
     assert dataclasses.replace(st.config, update_scales=(),
