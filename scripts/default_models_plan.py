@@ -301,7 +301,8 @@ def stage(task: str, name: str, smoke: bool = False,
   st = STAGES[(task, name)]
   if smoke:
     cfg = dataclasses.replace(st.config, steps=smoke_steps, warmup_steps=1,
-                              eval_every=smoke_steps, log_every=2)
+                              eval_every=smoke_steps, log_every=2,
+                              cycle_lengths=())
     st = dataclasses.replace(st, config=cfg,
                              batch_size=min(st.batch_size, 8))
   return st
