@@ -273,9 +273,9 @@ STAGES.update({("t5_codegen", s): _codegen_stage("t5_codegen", s, st)
 # its 5,332 pairs (train loss 1.54 vs validation 2.71 at step 250), while the
 # students it taught, trained on its greedy and sampled outputs over 13,332
 # inputs, wrote better greedy code lines than it did. The large gets the
-# same rows (its own outputs + the ground truth), from its fine-tuned
-# parameters; the teacher rows stay those of the fine-tuned large, and the
-# students' on-policy round is scored by the distilled (shipped) one.
+# same kind of rows (its own outputs + the ground truth: the self_teacher
+# stage), from its fine-tuned parameters; the students then learn from the
+# teacher stage's rows of the distilled (shipped) large.
 SELF_DISTILL_TASKS = ("t5_codegen",)
 # Two cycles (warm restart at step 600, SGDR): the first 600-step cycle
 # lifted the large's greedy test BLEU from 7.70 to 9.28 (and its test loss

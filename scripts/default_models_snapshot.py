@@ -27,7 +27,7 @@ What is kept (everything else is recomputed by the build, deterministically):
                                                 values: exact)
   <task>/large/model/                           a self-distilling task's
                                                 fine-tuned large while its
-                                                teacher or large_distill
+                                                self_teacher or large_distill
                                                 stage is not finished
   <stage>[/onpolicy]/train_state.npz,           a stage in progress that has
   best_params.npz, history.json                 trained >= --min_running_minutes,
@@ -65,19 +65,21 @@ MANIFEST = "manifest.json"
 # stage -> the stages that read its result (its result is kept while one of
 # them is unfinished).
 CONSUMERS = {"large_pretrain": ("large",),
-             "large": ("teacher", "large_distill"),
-             "teacher": ("medium", "small", "large_distill"),
+             "large": ("self_teacher", "large_distill"),
+             "self_teacher": ("large_distill",),
+             "teacher": ("medium", "small"),
              "medium_pretrain": ("medium",), "small_pretrain": ("small",)}
 # The fine-tuned large of a self-distilling task (plan.SELF_DISTILL_TASKS),
 # saved apart from the shipped verifier; only such a task has a
-# large_distill stage to wait for.
+# self_teacher and large_distill stage to wait for.
 FINETUNED = "large/model"
+SELF_STAGES = ("self_teacher", "large_distill")
 
 
 def _pending(tdir: str, consumer: str) -> bool:
   """Whether the stage ``consumer`` of the task in ``tdir`` is still to
   run."""
-  if consumer == "large_distill" and not os.path.isdir(
+  if consumer in SELF_STAGES and not os.path.isdir(
       os.path.join(tdir, FINETUNED)):
     return False
   return not _done(os.path.join(tdir, consumer))
@@ -173,7 +175,9 @@ def plan_files(workdir: str, out: str, min_running_seconds: float = 0.0
       rel = f"{task}/{stage}"
       needed = any(_pending(tdir, c) for c in CONSUMERS.get(stage, ()))
       done = _done(sdir)
-      if done and (stage != "teacher" or not needed):
+      # A teacher's top-k rows are not kept: it reruns (from its saved
+      # passes) while a consumer is unfinished.
+      if done and (stage not in ("teacher", "self_teacher") or not needed):
         add("copy", workdir, "workdir", f"{rel}/done.json")
       for name in sorted(os.listdir(sdir)):
         if name.endswith("_outputs.json"):

@@ -17,14 +17,17 @@ state is checkpointed to ``--workdir/<task>/<stage>`` at every evaluation):
                    training-split stdlib files + pip packages' text; T5: the
                    text's docstring examples, see ``pretrain_data``)
   large            ... fine-tuned on the task -> ``<out>/<task>/verifier``
-  teacher          the large model's greedy and sampled (T=1) outputs on the
-                   training and validation inputs, greedy outputs on <= 8,000
-                   more task inputs from the pretraining files, and its
-                   top-k log-probabilities along them and the ground truth
-  large_distill    (plan.SELF_DISTILL_TASKS only) the fine-tuned large
-                   distilled from the teacher's rows (its own outputs + the
-                   ground truth): a born-again round -> ``<out>/<task>/verifier``
-                   (the fine-tuned one stays in ``<workdir>/<task>/large/model``)
+  self_teacher     (plan.SELF_DISTILL_TASKS only) the teacher stage's rows
+                   of the fine-tuned large, which that task keeps in
+                   ``<workdir>/<task>/large/model``
+  large_distill    (the same tasks) the fine-tuned large distilled from
+                   self_teacher's rows (its own outputs + the ground truth):
+                   a born-again round -> ``<out>/<task>/verifier``
+  teacher          the shipped large model's greedy and sampled (T=1)
+                   outputs on the training and validation inputs, greedy
+                   outputs on <= 8,000 more task inputs from the pretraining
+                   files, and its top-k log-probabilities along them and the
+                   ground truth
   medium_pretrain  the medium model (~3.6x cheaper than the large) on plain
                    text
   medium           ... distilled (KL to the teacher + data loss), then a
@@ -83,8 +86,10 @@ import default_models_bundle as bundle_lib  # pylint: disable=g-import-not-at-to
 import default_models_plan as plan  # pylint: disable=g-import-not-at-top,wrong-import-position
 from stage_lock import stage_lock  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-STAGES = ("large_pretrain", "large", "teacher", "large_distill",
-          "medium_pretrain", "medium", "small_pretrain", "small", "eval")
+STAGES = ("large_pretrain", "large", "self_teacher", "large_distill",
+          "teacher", "medium_pretrain", "medium", "small_pretrain", "small",
+          "eval")
+SELF_STAGES = ("self_teacher", "large_distill")  # self-distilling tasks only
 
 
 def self_distills(task: str) -> bool:
@@ -93,9 +98,9 @@ def self_distills(task: str) -> bool:
 
 
 def finetuned_dir(args, task: str) -> str:
-  """Where the large stage saves its fine-tuned model (the teacher's): the
-  shipped verifier, or, for a self-distilling task, ``<workdir>/<task>/large/
-  model`` (its large_distill stage writes the verifier)."""
+  """Where the large stage saves its fine-tuned model: the shipped
+  verifier, or, for a self-distilling task, ``<workdir>/<task>/large/model``
+  (self_teacher's model; its large_distill stage writes the verifier)."""
   if self_distills(task):
     return os.path.join(args.workdir, task, "large", "model")
   return os.path.join(args.out, task, dm.LEVEL_DIRS["large"])
@@ -583,17 +588,30 @@ def extra_examples(fam: Family, corpus, smoke: bool) -> list[dict]:
   return [exs[i] for i in order[:n]]
 
 
-def stage_teacher(fam: Family, args, progress: Progress) -> dict:
-  """The large model's outputs and top-k on the training/validation inputs
+def stage_teacher(fam: Family, args, progress: Progress,
+                  stage: str = "teacher") -> dict:
+  """A large model's outputs and top-k on the training/validation inputs
   (ground truth, greedy and, for train, sampled outputs) and on
-  :func:`extra_examples` (greedy only): ``<split>.npz`` rows."""
-  wd = os.path.join(args.workdir, fam.task, "teacher")
+  :func:`extra_examples` (greedy only): ``<split>.npz`` rows.
+
+  Args:
+    stage: 'teacher' (the shipped large; the students' rows) or
+      'self_teacher' (the fine-tuned large of a self-distilling task; its
+      large_distill stage's rows).
+  """
+  wd = os.path.join(args.workdir, fam.task, stage)
   done = stage_done(wd)
   if done and not args.force:
     return done
-  require_done(fam, args, "teacher", "large")
+  if stage == "self_teacher":
+    require_done(fam, args, stage, "large")
+    source = finetuned_dir(args, fam.task)
+  else:
+    require_done(fam, args, stage, "large", *(
+        ("large_distill",) if self_distills(fam.task) else ()))
+    source = os.path.join(args.out, fam.task, dm.LEVEL_DIRS["large"])
   t0 = time.perf_counter()
-  model, params = load_saved(finetuned_dir(args, fam.task))
+  model, params = load_saved(source)
   extra = dme.tokenize(fam.tok, fam.spec, fam.examples["extra"])
   report = dict(extra_inputs=len(extra))
   for split, rows in (("validation", fam.val_rows), ("train", fam.train_rows),
@@ -612,19 +630,20 @@ def stage_teacher(fam: Family, args, progress: Progress) -> dict:
     out = distill_lib.teacher_rows(
         model, params, pairs, data, dme.batch_maker(fam.spec, fam.tok.eos_id),
         fam.spec.family, k=plan.TOP_K, batch_size=plan.TEACHER_FORWARD_BATCH,
-        log=lambda s: log(f"{fam.task}/teacher: {s}"))
+        log=lambda s: log(f"{fam.task}/{stage}: {s}"))
     distill_lib.save_rows(os.path.join(wd, f"{split}.npz"), out)
     report[f"{split}_topk_seconds"] = round(time.perf_counter() - t, 1)
   report["wall_seconds"] = round(time.perf_counter() - t0, 1)
   mark_done(wd, report)
-  progress.add(task=fam.task, stage="teacher", wall_seconds=report[
+  progress.add(task=fam.task, stage=stage, wall_seconds=report[
       "wall_seconds"])
   return report
 
 
-def _distill_data(fam: Family, args):
-  """(training rows, make, validation batches) of the teacher's rows."""
-  tdir = os.path.join(args.workdir, fam.task, "teacher")
+def _distill_data(fam: Family, args, teacher: str = "teacher"):
+  """(training rows, make, validation batches) of the rows of the stage
+  ``teacher`` ('teacher' or 'self_teacher')."""
+  tdir = os.path.join(args.workdir, fam.task, teacher)
   rows = distill_lib.load_rows(os.path.join(tdir, "train.npz"))
   if os.path.isfile(os.path.join(tdir, "extra.npz")):
     rows += distill_lib.load_rows(os.path.join(tdir, "extra.npz"))
@@ -637,7 +656,7 @@ def _distill_data(fam: Family, args):
 
 
 def stage_large_distill(fam: Family, args, progress: Progress) -> dict:
-  """The fine-tuned large distilled from the teacher's rows: its own greedy
+  """The fine-tuned large distilled from self_teacher's rows: its own greedy
   and sampled outputs (KL to its top-k) plus the ground truth (data loss),
   from its fine-tuned parameters -> the shipped verifier
   (``plan.SELF_DISTILL_TASKS``). keep='metric': of its best-objective and
@@ -648,11 +667,11 @@ def stage_large_distill(fam: Family, args, progress: Progress) -> dict:
   done = stage_done(wd)
   if done and not args.force:
     return done
-  require_done(fam, args, "large_distill", "large", "teacher")
+  require_done(fam, args, "large_distill", "large", "self_teacher")
   st = plan.stage(fam.task, "large_distill", args.smoke, args.smoke_steps)
   t0 = time.perf_counter()
   model, params = load_saved(finetuned_dir(args, fam.task))
-  rows, make, evals = _distill_data(fam, args)
+  rows, make, evals = _distill_data(fam, args, "self_teacher")
   best, report = run_training(f"{fam.task}/large_distill", model, params,
                               st.config, rows, make, st.batch_size, evals, wd)
   report["kept_step"] = report["best_step"]
@@ -694,8 +713,7 @@ def stage_distill(fam: Family, level: str, args, progress: Progress) -> dict:
   done = stage_done(wd)
   if done and not args.force:
     return done
-  require_done(fam, args, level, f"{level}_pretrain", "teacher",
-               *(("large_distill",) if self_distills(fam.task) else ()))
+  require_done(fam, args, level, f"{level}_pretrain", "teacher")
   st = plan.stage(fam.task, level, args.smoke, args.smoke_steps)
   st2 = plan.stage(fam.task, f"{level}_onpolicy", args.smoke,
                    args.smoke_steps)
@@ -750,8 +768,7 @@ def stage_eval(fam: Family, args, progress: Progress) -> dict:
   done = stage_done(wd)
   if done and not args.force:
     return done
-  require_done(fam, args, "eval", "large", "medium", "small",
-               *(("large_distill",) if self_distills(fam.task) else ()))
+  require_done(fam, args, "eval", "large", "medium", "small")
   t0 = time.perf_counter()
   pair = dm.load(fam.task, assets=args.out)
   test = fam.examples["test"]
@@ -849,8 +866,8 @@ def run_stage(fam: Family, stage: str, args, corpus,
   """Runs (or, once done, skips) one stage of one family."""
   if stage == "large" or stage.endswith("_pretrain"):
     return stage_train(fam, stage, args, corpus, progress)
-  if stage == "teacher":
-    return stage_teacher(fam, args, progress)
+  if stage in ("teacher", "self_teacher"):
+    return stage_teacher(fam, args, progress, stage)
   if stage == "large_distill":
     return stage_large_distill(fam, args, progress)
   if stage in ("medium", "small"):
@@ -1021,7 +1038,7 @@ def main():
   for stage, task in order:
     if STAGES.index(stage) > last or only and stage not in only:
       continue
-    if stage == "large_distill" and not self_distills(task):
+    if stage in SELF_STAGES and not self_distills(task):
       continue
     fam = families[task]
     log(f"=== {task}: {stage}")

@@ -200,21 +200,26 @@ def test_a_stage_resumed_from_a_snapshot_continues_the_run(tmp_path):
 
 def test_a_self_distilling_task_keeps_its_finetuned_large_until_used(
     tmp_path):
-  """The fine-tuned large (``large/model``) and the teacher's state are kept
-  while the large_distill stage, which reads both, is unfinished."""
+  """The fine-tuned large (``large/model``) is kept while self_teacher or
+  large_distill, which read it, is unfinished; self_teacher's rows are
+  recomputed (its done.json dropped) while large_distill is unfinished."""
   wd, out = _fake_build(tmp_path)
   t5 = os.path.join(wd, "t5_docstring")
   _write(os.path.join(t5, "large", "model", "config.json"), "{}")
   _write(os.path.join(t5, "large", "model", "params.safetensors"), "w")
-  for level in ("medium", "small"):
-    _write(os.path.join(t5, level, "done.json"), "{}")
+  _write(os.path.join(t5, "self_teacher", "done.json"), "{}")
+  _write(os.path.join(t5, "self_teacher", "train_greedy_outputs.json"), "{}")
   rel = "workdir/t5_docstring"
   kept = {r for _, _, r in snap.plan_files(wd, out)}
   assert {f"{rel}/large/model/config.json",
-          f"{rel}/large/model/params.safetensors"} <= kept
-  assert f"{rel}/teacher/done.json" not in kept  # its rows: large_distill's
+          f"{rel}/large/model/params.safetensors",
+          f"{rel}/self_teacher/train_greedy_outputs.json"} <= kept
+  assert f"{rel}/self_teacher/done.json" not in kept  # large_distill's rows
   _write(os.path.join(t5, "large_distill", "done.json"), "{}")
   kept = {r for _, _, r in snap.plan_files(wd, out)}
   assert f"{rel}/large_distill/done.json" in kept
-  assert f"{rel}/teacher/done.json" in kept
+  assert f"{rel}/self_teacher/done.json" in kept
   assert not any("/large/model/" in r for r in kept)
+  # A task without large/model has no self stages to wait for.
+  assert not snap._pending(os.path.join(wd, "gemma_completion"),
+                           "large_distill")

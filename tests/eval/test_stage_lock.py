@@ -83,15 +83,24 @@ def test_a_stage_without_its_inputs_names_the_missing_stage(tmp_path):
     script.stage_teacher(fam, args, None)
 
 
-def test_a_self_distilling_tasks_students_wait_for_large_distill(tmp_path):
-  """t5_codegen's students are scored on-policy by the shipped (distilled)
-  large: they need the large_distill stage, which needs the teacher."""
+def test_a_self_distilling_tasks_stages_wait_for_each_other(tmp_path):
+  """t5_codegen: large -> self_teacher -> large_distill -> teacher (of the
+  shipped, distilled large) -> students; each names what it misses."""
   import types
   script = load_script("train_default_models")
   fam = types.SimpleNamespace(task="t5_codegen")
-  args = types.SimpleNamespace(workdir=str(tmp_path), force=False)
-  for stage in ("small_pretrain", "teacher", "large"):
+  args = types.SimpleNamespace(workdir=str(tmp_path), force=False,
+                               smoke=True, smoke_steps=2)
+  for stage in ("small_pretrain", "large"):
     script.mark_done(str(tmp_path / "t5_codegen" / stage), {})
   with pytest.raises(RuntimeError, match="t5_codegen/small needs the "
-                     "finished 'large_distill' stage.*--only large_distill"):
+                     "finished 'teacher' stage"):
     script.stage_distill(fam, "small", args, None)
+  with pytest.raises(RuntimeError, match="t5_codegen/teacher needs the "
+                     "finished 'large_distill' stage.*--only large_distill"):
+    script.stage_teacher(fam, args, None)
+  with pytest.raises(RuntimeError, match="t5_codegen/large_distill needs "
+                     "the finished 'self_teacher' stage"):
+    script.stage_large_distill(fam, args, None)
+  assert script.STAGES.index("self_teacher") < script.STAGES.index(
+      "large_distill") < script.STAGES.index("teacher")

@@ -514,7 +514,7 @@ def test_a_data_bundle_gives_another_machine_the_same_training_data(
 def test_large_distill_trains_the_finetuned_large_into_the_verifier(
     tmp_path, monkeypatch):
   """A self-distilling task: the large stage's model stays in the workdir
-  (the teacher's), large_distill trains it on the teacher's rows into the
+  (self_teacher's), large_distill trains it on self_teacher's rows into the
   shipped verifier, and a finished stage is not trained again."""
   import types
   from specdec_jax.checkpoints import native
@@ -540,7 +540,7 @@ def test_large_distill_trains_the_finetuned_large_into_the_verifier(
                      "the finished 'large' stage"):
     script.stage_large_distill(fam, args, None)
   script.save_model(tuned, model, params)
-  tdir = os.path.join(args.workdir, "t5_codegen", "teacher")
+  tdir = os.path.join(args.workdir, "t5_codegen", "self_teacher")
   pairs = [(dm.encode_inputs(fam.tok, fam.spec, e["inputs"]),
             dm.encode_targets(fam.tok, fam.spec, e["targets"]))
            for e in fam.examples["train"]]
@@ -549,7 +549,7 @@ def test_large_distill_trains_the_finetuned_large_into_the_verifier(
       dme.batch_maker(fam.spec, fam.tok.eos_id), "t5", k=4)
   distill_lib.save_rows(os.path.join(tdir, "train.npz"), rows)
   distill_lib.save_rows(os.path.join(tdir, "validation.npz"), rows[:4])
-  for stage in ("large", "teacher"):
+  for stage in ("large", "self_teacher"):
     script.mark_done(os.path.join(args.workdir, "t5_codegen", stage), {})
   with open(os.path.join(tuned, native.PARAMS), "rb") as f:
     tuned_bytes = f.read()

@@ -45,10 +45,10 @@ copy_main_job() {  # the committed files (results.jsonl is not; see main_job/REA
   sed 's/\r/\n/g' /tmp/main_job_console.log | grep -v '%|' > $R/main_job/console.log
 }
 step main_job_copy copy_main_job
+step significance_t5 $PY scripts/family_significance.py --assets $A --pairs t5_codegen --resamples 1000 --out $R/default_models_significance_t5
+step input_dependence bash -c "$PY scripts/input_dependence.py --assets $A --limit 256 | tee $R/input_dependence_t5_codegen.txt"
 step bench_decode $PY scripts/bench_decode.py --pair=default-t5 --out=$R/bench_decode_default_t5 --num_prompts=8 --new_tokens=32 --repeats=5 --gammas=1,3,5,8 --temperatures=0,1 --batches=1,8 --cascade_alpha=0.3
 step bench_tree $PY scripts/bench_tree.py --pairs=default-t5 --out=$R/bench_tree_default_t5 --nodes=8,16,32 --kary=2,4 --gammas=3,5,7 --temperatures=0,1 --batches=1,8 --repeats=2 --num_prompts=8 --new_tokens=32
 step bench_hierarchy $PY scripts/bench_hierarchy.py --stacks=default-gemma,default-t5,random-gemma --repeats=3 --new_tokens=48 --out=$R/bench_hierarchy
-step significance_t5 $PY scripts/family_significance.py --assets $A --pairs t5_codegen --resamples 1000 --out $R/default_models_significance_t5
-step input_dependence bash -c "$PY scripts/input_dependence.py --assets $A --limit 256 | tee $R/input_dependence_t5_codegen.txt"
 step bench_vs_hf $PY scripts/bench_vs_hf.py --out $R/bench_vs_hf --num_prompts 8 --repeats 3 --ours_pad pow2 --sweep_gammas 3
 echo "shipped; now: README tables, docs/default_models.md status, the report, snapshot, .ci/run"
