@@ -669,6 +669,9 @@ def stage_large_distill(fam: Family, args, progress: Progress) -> dict:
     return done
   require_done(fam, args, "large_distill", "large", "self_teacher")
   st = plan.stage(fam.task, "large_distill", args.smoke, args.smoke_steps)
+  if st.keep not in ("best", "metric"):  # checked before training
+    raise ValueError(f"large_distill keeps 'best' or 'metric', not "
+                     f"{st.keep!r}")
   t0 = time.perf_counter()
   model, params = load_saved(finetuned_dir(args, fam.task))
   rows, make, evals = _distill_data(fam, args, "self_teacher")
@@ -683,9 +686,6 @@ def stage_large_distill(fam: Family, args, progress: Progress) -> dict:
       last, last_step = jax.device_get(state[0].params), int(state[0].step)
       best, report["kept_step"], report["candidates"] = choose_by_metric(
           fam, model, {report["best_step"]: best, last_step: last}, wd, exs)
-  elif st.keep != "best":
-    raise ValueError(f"large_distill keeps 'best' or 'metric', not "
-                     f"{st.keep!r}")
   out = os.path.join(args.out, fam.task, dm.LEVEL_DIRS["large"])
   report.update(save_model(out, model, best))
   report["check"] = check_large(fam, out, exs)
