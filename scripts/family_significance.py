@@ -80,8 +80,12 @@ def bootstrap(metric: str, targets, preds: dict, resamples: int,
 
 
 def run(name: str, assets: str, resamples: int, seed: int,
-        limit: int = 0) -> dict:
-  """Decodes the test split with every size of pair ``name``; bootstraps."""
+        limit: int = 0, predictions: str = "") -> dict:
+  """Decodes the test split with every size of pair ``name``; bootstraps.
+
+  With ``predictions`` set, also writes each size's decoded test outputs to
+  that JSON file ({'targets': [n], 'inputs': [n], level: [n]}).
+  """
   pair = dm.load(name, assets=assets)
   exs = dm.examples(name, "test", limit=limit or None)
   levels = [lv for lv in dm.LEVELS if pair.model(lv)[0] is not None]
@@ -93,8 +97,17 @@ def run(name: str, assets: str, resamples: int, seed: int,
     print(f"{name} {lv}: decoded {len(exs)} in "
           f"{time.perf_counter() - t:.0f}s", flush=True)
   metric = pair.metrics[0]
-  res = bootstrap(metric, [e["targets"] for e in exs], preds, resamples, seed)
+  targets = [e["targets"] for e in exs]
+  res = bootstrap(metric, targets, preds, resamples, seed)
   res.update(metric=metric, examples=len(exs))
+  if metric == "bleu":  # why the BLEUs differ: precisions vs brevity
+    for lv, ps in preds.items():
+      res["levels"][lv]["breakdown"] = metrics_lib.bleu_breakdown(targets, ps)
+  if predictions:
+    os.makedirs(os.path.dirname(os.path.abspath(predictions)), exist_ok=True)
+    with open(predictions, "w") as f:
+      json.dump(dict(targets=targets, inputs=[e["inputs"] for e in exs],
+                     **preds), f, indent=0)
   return res
 
 
@@ -113,6 +126,16 @@ def markdown(results: dict, command: str) -> str:
     for lv, s in r["levels"].items():
       lines.append(f"| {lv} | {s['metric']:.2f} [{s['low']:.2f}, "
                    f"{s['high']:.2f}] |")
+    parts = {lv: s["breakdown"] for lv, s in r["levels"].items()
+             if "breakdown" in s}
+    if parts:
+      lines += ["", "| size | 1/2/3/4-gram precision | brevity penalty | "
+                "output/reference length |", "|---|---|---|---|"]
+      for lv, b in parts.items():
+        lines.append(f"| {lv} | " + " / ".join(
+            f"{p:.1f}" for p in b["precisions"]) +
+                     f" | {b['brevity_penalty']:.3f} | "
+                     f"{b['length_ratio']:.3f} |")
     lines += ["", "| comparison | P(a > b) |", "|---|---|"]
     lines += [f"| {k} | {v:.3f} |" for k, v in r["wins"].items()]
     lines.append("")
@@ -127,6 +150,9 @@ def main(argv=None) -> None:
   ap.add_argument("--seed", type=int, default=0)
   ap.add_argument("--limit", type=int, default=0,
                   help="first N test examples (0: all)")
+  ap.add_argument("--predictions", default="",
+                  help="also write the decoded test outputs to this JSON "
+                  "file (one per pair: '{pair}' in the path is replaced)")
   ap.add_argument("--out", required=True,
                   help="output prefix (<out>.json, <out>.md)")
   args = ap.parse_args(argv)
@@ -136,9 +162,14 @@ def main(argv=None) -> None:
   bad = [p for p in names if p not in dm.PAIRS]
   if bad:
     ap.error(f"unknown pair {bad[0]!r}; choose from {dm.PAIRS}")
+  if len(names) > 1 and args.predictions and "{pair}" not in args.predictions:
+    ap.error(f"--predictions {args.predictions!r}: with several pairs the "
+             "path must contain '{pair}' (one file per pair)")
   results = dict(resamples=args.resamples, seed=args.seed, assets=args.assets,
                  pairs={n: run(n, args.assets, args.resamples, args.seed,
-                               args.limit) for n in names})
+                               args.limit,
+                               args.predictions.replace("{pair}", n))
+                        for n in names})
   command = "PYTHONPATH=. python " + " ".join(
       [os.path.relpath(__file__)] + (argv or sys.argv[1:]))
   results["command"] = command

@@ -71,6 +71,20 @@ def _references(targets: Sequence[Target], predictions: Sequence[str],
 # ---------------------------------------------------------------- BLEU
 
 
+def _corpus_bleu(targets: Sequence[Target], predictions: Sequence[str],
+                 tokenize: str):
+  """sacrebleu's BLEUScore object in t5's setting (see :func:`bleu`)."""
+  refs = _references(targets, predictions, "bleu")
+  width = max(len(r) for r in refs)
+  # sacrebleu wants reference *streams*: streams[k][i] = k-th ref of example i.
+  streams = [[r[k] if k < len(r) else None for r in refs]
+             for k in range(width)]
+  return sacrebleu.corpus_bleu(
+      list(predictions), streams, smooth_method="exp", smooth_value=0.0,
+      force=False, lowercase=False, tokenize=tokenize,
+      use_effective_order=False)
+
+
 def bleu(targets: Sequence[Target], predictions: Sequence[str],
          tokenize: str = "intl") -> float:
   """Corpus BLEU with sacrebleu, as ``t5.evaluation.metrics.bleu`` sets it.
@@ -88,16 +102,29 @@ def bleu(targets: Sequence[Target], predictions: Sequence[str],
   Returns:
     BLEU in [0, 100].
   """
-  refs = _references(targets, predictions, "bleu")
-  width = max(len(r) for r in refs)
-  # sacrebleu wants reference *streams*: streams[k][i] = k-th ref of example i.
-  streams = [[r[k] if k < len(r) else None for r in refs]
-             for k in range(width)]
-  score = sacrebleu.corpus_bleu(
-      list(predictions), streams, smooth_method="exp", smooth_value=0.0,
-      force=False, lowercase=False, tokenize=tokenize,
-      use_effective_order=False)
-  return float(score.score)
+  return float(_corpus_bleu(targets, predictions, tokenize).score)
+
+
+def bleu_breakdown(targets: Sequence[Target], predictions: Sequence[str],
+                   tokenize: str = "intl") -> dict[str, float | list[float]]:
+  """The parts of :func:`bleu`: why one system's BLEU is above another's.
+
+  Args:
+    targets: [n] reference strings or lists of reference strings.
+    predictions: [n] hypothesis strings.
+    tokenize: a sacrebleu tokenizer name.
+
+  Returns:
+    ``bleu`` (as :func:`bleu`), ``precisions`` ([4] n-gram precisions in
+    percent), ``brevity_penalty``, ``sys_len`` and ``ref_len`` (tokens over
+    the corpus) and ``length_ratio`` (sys_len / ref_len).
+  """
+  s = _corpus_bleu(targets, predictions, tokenize)
+  return dict(bleu=float(s.score),
+              precisions=[float(p) for p in s.precisions],
+              brevity_penalty=float(s.bp), sys_len=int(s.sys_len),
+              ref_len=int(s.ref_len),
+              length_ratio=float(s.sys_len) / max(int(s.ref_len), 1))
 
 
 # ---------------------------------------------------------------- ROUGE

@@ -2,6 +2,7 @@
 
 import pytest
 
+from specdec_jax.eval import default_models
 from tests.eval import load_script
 
 
@@ -44,3 +45,36 @@ def test_bad_arguments_are_rejected(capsys):
   with pytest.raises(SystemExit):
     script.main(["--out", "/tmp/x", "--pairs", "nope"])
   assert "unknown pair 'nope'" in capsys.readouterr().err
+  with pytest.raises(SystemExit):
+    script.main(["--out", "/tmp/x", "--predictions", "/tmp/p.json",
+                 "--pairs", ",".join(default_models.PAIRS)])
+  assert "must contain '{pair}'" in capsys.readouterr().err
+
+
+def test_the_bleu_breakdown_explains_a_short_output():
+  from specdec_jax.eval import metrics
+  refs = ["return the sum of the first values in order"]
+  full = metrics.bleu_breakdown(refs, refs)
+  short = metrics.bleu_breakdown(refs, ["return the sum of the first"])
+  assert full["brevity_penalty"] == 1.0 and full["length_ratio"] == 1.0
+  assert short["precisions"] == [100.0] * 4  # every n-gram is right ...
+  assert short["sys_len"] == 6 and short["ref_len"] == 9
+  # ... and the brevity penalty exp(1 - 9/6) is the whole loss
+  assert short["brevity_penalty"] == pytest.approx(0.6065307, abs=1e-6)
+  assert short["bleu"] == pytest.approx(metrics.bleu(
+      refs, ["return the sum of the first"]))
+  assert short["bleu"] == pytest.approx(100 * 0.6065307, abs=1e-4)
+
+
+def test_markdown_lists_the_bleu_parts():
+  script = _script()
+  preds = {"large": list(TARGETS), "small": [t.rsplit(" ", 2)[0]
+                                             for t in TARGETS]}
+  from specdec_jax.eval import metrics
+  r = script.bootstrap("bleu", TARGETS, preds, resamples=20, seed=0)
+  for lv, ps in preds.items():
+    r["levels"][lv]["breakdown"] = metrics.bleu_breakdown(TARGETS, ps)
+  r.update(metric="bleu", examples=len(TARGETS))
+  md = script.markdown(dict(resamples=20, seed=0, pairs={"toy": r}), "cmd")
+  assert "| large | 100.0 / 100.0 / 100.0 / 100.0 | 1.000 | 1.000 |" in md
+  assert "| small | 100.0 / 100.0 / 100.0 / 100.0 |" in md
