@@ -288,19 +288,6 @@ STAGES[("t5_codegen", "large_distill")] = _query_scaled(
                               cycle_lengths=(600, 900)), 32, keep="metric"))
 
 
-# The t5_codegen medium's on-policy round runs two cycles (warm restart at
-# step 1,000; the first cycle is the 1,000-step round exactly). Taught by the
-# distilled large (ninth session), its validation objective was still
-# falling at the end of one cycle (3.689 / 3.668 / 3.629 / 3.609 at 250-
-# 1,000) and its greedy alpha against the large was 0.685, under the issue's
-# 0.7 (the small's 0.644 clears its 0.5).
-STAGES[("t5_codegen", "medium_onpolicy")] = dataclasses.replace(
-    STAGES[("t5_codegen", "medium_onpolicy")],
-    config=dataclasses.replace(
-        STAGES[("t5_codegen", "medium_onpolicy")].config, steps=2000,
-        cycle_lengths=(1000, 1000)))
-
-
 def arch(task: str, level: str, tok=None):
   """The config of one size (vocabulary of ``tok``)."""
   cfg = ARCHS[task][level]
