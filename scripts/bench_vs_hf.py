@@ -808,7 +808,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--out", default="benchmarks/results/bench_vs_hf",
                   help="writes <out>.json and <out>.md")
-  ap.add_argument("--pairs", default="t5_docstring,gemma_completion")
+  ap.add_argument("--pairs", default="t5_codegen,gemma_completion")
   ap.add_argument("--assets", default=None,
                   help="default-models directory (default: the package's)")
   ap.add_argument("--num_prompts", type=int, default=32)

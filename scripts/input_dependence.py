@@ -59,7 +59,7 @@ def measure(fam, exs, seed: int = 0) -> dict:
 def main():
   ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   ap.add_argument("--assets", default=dm.ASSETS)
-  ap.add_argument("--pair", default="t5_docstring")
+  ap.add_argument("--pair", default="t5_codegen")
   ap.add_argument("--split", default="validation")
   ap.add_argument("--limit", type=int, default=256)
   args = ap.parse_args()

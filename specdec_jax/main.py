@@ -1,7 +1,7 @@
 r"""The specdec_jax command line (absl flags + gin), t5x style.
 
     python -m specdec_jax.main --gin_file=runs/decode.gin \
-        --gin_file=pairs/default_t5_docstring.gin \
+        --gin_file=pairs/default_t5_codegen.gin \
         --gin_file=methods/token_v3.gin \
         --gin.INPUT_FILE="'prompts.jsonl'" --gin.ALPHA=0.4
 
@@ -347,12 +347,12 @@ _MODE_HELP = {
 }
 _EXAMPLES = {
     "decode": "specdec_jax decode --gin_file=runs/decode.gin "
-              "--gin_file=pairs/default_t5_docstring.gin "
+              "--gin_file=pairs/default_t5_codegen.gin "
               "--gin_file=methods/token_v3.gin --gin.ALPHA=0.4 "
               "--gin.INPUT_FILE=\"'requests.jsonl'\" "
               "--gin.OUTPUT_DIR=\"'out'\"",
     "eval": "specdec_jax eval --gin_file=runs/eval.gin "
-            "--gin_file=pairs/default_t5_docstring.gin "
+            "--gin_file=pairs/default_t5_codegen.gin "
             "--gin.SWEEP=\"'configs/sweeps.py:smoke'\" --num_examples=8",
     "bench": "specdec_jax bench --gin_file=runs/bench.gin "
              "--gin_file=pairs/default_gemma_completion.gin",

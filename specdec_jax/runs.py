@@ -49,7 +49,7 @@ class ModelSpec:
     checkpoint_format: 'auto', 'native', 'hf', 't5x', 't5x_orbax', 'gemma'.
     dtype: parameter dtype after loading ('bfloat16' or 'float32').
     tokenizer: SentencePiece .model path (None: token ids in and out).
-    default_pair: name of a built-in pair ('t5_docstring', ...).
+    default_pair: name of a built-in pair ('t5_codegen', ...).
     role: 'drafter', 'medium' or 'verifier': which model of a
       ``default_pair`` (small, medium, large; 'medium' is a hierarchy's
       middle level, gin/hierarchies/).
@@ -57,7 +57,7 @@ class ModelSpec:
     max_input_tokens: the longest model input (T5: encoder ids incl. EOS;
       Gemma: prompt incl. BOS). Longer requests are cut to it with a warning
       (``decode_requests.fit_input``), in decode and eval alike. None: the
-      built-in pair's task limit (256 for t5_docstring, 320 for
+      built-in pair's task limit (320 for t5_codegen and
       gemma_completion), else :data:`DEFAULT_MAX_INPUT_TOKENS` of the family
       (T5 512, Gemma 8192). Only the verifier's applies.
   """

@@ -142,7 +142,7 @@ def test_macros_of_other_shipped_run_files_are_known(monkeypatch):
   # runs/decode.gin nothing reads them, and that is not a typo.
   gin.clear_config()
   try:
-    main.parse_gin(["runs/decode.gin", "pairs/default_t5_docstring.gin"],
+    main.parse_gin(["runs/decode.gin", "pairs/default_t5_codegen.gin"],
                    ["EVAL_TASK = 'x.jsonl'"])
   finally:
     gin.clear_config()

@@ -211,7 +211,7 @@ def test_hierarchy_files_build(path, monkeypatch):
   monkeypatch.setattr(runs, "run_decode", fake_decode)
   name = os.path.basename(path)
   pair = next((f"pairs/{p}.gin" for p in ("default_gemma_completion",
-                                          "default_t5_docstring")
+                                          "default_t5_codegen")
                if p in name), "pairs/tiny_random.gin")
   main.parse_gin(["runs/decode.gin", pair, path], [])
   main.run()

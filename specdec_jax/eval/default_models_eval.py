@@ -5,8 +5,8 @@ Used by ``scripts/train_default_models.py`` (full test split, written into
 ``metadata.json``) and by the tests (a fixed slice, compared exactly with the
 numbers the training run recorded for it):
 
-    pair = default_models.load("t5_docstring")
-    exs = default_models.examples("t5_docstring", "test", limit=16)
+    pair = default_models.load("t5_codegen")
+    exs = default_models.examples("t5_codegen", "test", limit=16)
     report = default_models_eval.evaluate_family(pair, exs)
     report["levels"]["large"]["rouge2"], report["acceptance"]["small>large"]
 

@@ -7,8 +7,8 @@ size and seed. :func:`run` decodes every (config, example) with
 ``decoding.generate`` (``generate_hierarchy`` for a hierarchy) and appends
 ONE JSON line per pair to a results file, the moment it is measured:
 
-    pair = default_models.load('t5_docstring')
-    examples = default_models.examples('t5_docstring', limit=20)
+    pair = default_models.load('t5_codegen')
+    examples = default_models.examples('t5_codegen', limit=20)
     configs = grid({'target_only': {}, 'token_v3': {'alpha': [0.1, 0.3]}},
                    temperature=[0.0, 0.5])
     run(pair, configs, examples, 'out/results.jsonl')

@@ -20,7 +20,7 @@ and prints the results and summary tables. Rerunning with the same
 
     python -m specdec_jax.eval.main_job --out_dir /tmp/main_job
     python -m specdec_jax.eval.main_job --out_dir /tmp/mj --num_examples 8 \\
-        --pairs t5_docstring --temperature 0.5
+        --pairs t5_codegen --temperature 0.5
 
 Each pair takes the first ``num_examples`` examples of the split, whatever
 their length: their prompts / encoder inputs are padded to one width (the
@@ -46,7 +46,7 @@ from typing import Callable, Mapping, Sequence
 from specdec_jax.decoding import registry
 from specdec_jax.eval import drafts, harness, plots, report
 
-DEFAULT_PAIRS = ("t5_docstring", "gemma_completion")
+DEFAULT_PAIRS = ("t5_codegen", "gemma_completion")
 DEFAULT_NUM_EXAMPLES = 32
 
 # method -> {knob: values}: small knob grids that span "close to the

@@ -53,4 +53,4 @@ def test_the_record_covers_every_method_and_pair():
   names = {k.split("/")[1] for k in _RECORD["cases"]}
   assert names == set(golden.METHOD_NAMES)
   assert {p.split("@")[0] for p in _pair_names()} >= {
-      "t5_docstring", "gemma_completion", "tiny_gemma", "tiny_t5"}
+      "t5_codegen", "gemma_completion", "tiny_gemma", "tiny_t5"}

@@ -49,18 +49,6 @@ def _primary(name):
   return dm.TASKS[name].metrics[0]
 
 
-# Issue 15 is open for the T5 family: its large model scores below its
-# distilled drafters on the test split's ROUGE-2 and loops more than the
-# small one (benchmarks/results/default_models_progress.md: all three T5
-# sizes barely condition on their input). Strict: the mark must come off
-# once a rebuilt family passes.
-T5_ORDER_XFAIL = pytest.mark.xfail(
-    strict=True, reason="issue 15 (open): the T5 large is not yet the best "
-    "T5 size on ROUGE-2 and loops more than the small one")
-ORDERED = [pytest.param(n, marks=T5_ORDER_XFAIL) if n == "t5_docstring"
-           else n for n in dm.PAIRS]
-
-
 def _assert_acceptance(ev):
   """alpha >= 0.5 (small) and >= 0.7 (medium) against the large model,
   and accepted / drafted consistent with alpha: between 0.8x the i.i.d.
@@ -91,7 +79,7 @@ def test_every_size_loads_with_the_public_api(name):
     fam.model("huge")
 
 
-@pytest.mark.parametrize("name", ORDERED)
+@pytest.mark.parametrize("name", dm.PAIRS)
 def test_recorded_task_metric_is_ordered_and_large_loops_least(name):
   lv, metric = _info(name)["evaluation"]["levels"], _primary(name)
   assert lv["large"][metric] > lv["medium"][metric] > lv["small"][metric]
@@ -136,7 +124,7 @@ def test_the_recorded_slice_is_reproduced_exactly(name):
   assert lv["large"]["loss"] < lv["medium"]["loss"] < lv["small"]["loss"]
 
 
-@pytest.mark.parametrize("name", ORDERED)
+@pytest.mark.parametrize("name", dm.PAIRS)
 def test_recorded_slice_metric_is_ordered(name):
   lv, metric = _info(name)["slice"]["levels"], _primary(name)
   assert lv["large"][metric] >= lv["medium"][metric] >= lv["small"][metric]

@@ -27,15 +27,15 @@ def pair(name):
 
 def test_unknown_names_and_options_are_rejected():
   with pytest.raises(ValueError, match="unknown default pair 'nope'; "
-                     "available: t5_docstring, gemma_completion"):
+                     "available: t5_codegen, gemma_completion"):
     dm.load("nope")
   with pytest.raises(ValueError, match="dtype must be 'float32' or "
                      "'bfloat16', got 'int8'"):
-    dm.load("t5_docstring", dtype="int8")
+    dm.load("t5_codegen", dtype="int8")
   with pytest.raises(ValueError, match="split must be one of"):
-    dm.examples("t5_docstring", "dev")
+    dm.examples("t5_codegen", "dev")
   with pytest.raises(ValueError, match="limit must be >= 0"):
-    dm.examples("t5_docstring", "test", limit=-1)
+    dm.examples("t5_codegen", "test", limit=-1)
 
 
 def test_missing_assets_say_how_to_build_them(tmp_path):
@@ -47,8 +47,8 @@ def test_missing_assets_say_how_to_build_them(tmp_path):
 
 
 def test_examples_are_deterministic_and_split_by_file():
-  first = dm.examples("t5_docstring", "test", limit=5)
-  assert first == dm.examples("t5_docstring", "test", limit=5)
+  first = dm.examples("t5_codegen", "test", limit=5)
+  assert first == dm.examples("t5_codegen", "test", limit=5)
   assert len(first) == 5
   assert set(first[0]) == {"id", "inputs", "targets"}
   test = dm.examples("gemma_completion", "test")
@@ -88,7 +88,7 @@ def test_shipped_pair_loads_with_matching_vocabulary(name):
   assert p.name == name and p.metrics == dm.TASKS[name].metrics
   assert p.tokenizer.vocab_size == p.drafter.vocab_size == \
       p.verifier.vocab_size
-  assert p.is_encoder_decoder == (name == "t5_docstring")
+  assert p.is_encoder_decoder == (name == "t5_codegen")
   p.drafter.check_params(p.q_params)
   p.verifier.check_params(p.p_params)
   assert p.verifier.num_params() > 10 * p.drafter.num_params()
@@ -112,11 +112,11 @@ def test_shipped_pair_loads_with_matching_vocabulary(name):
 
 @needs_assets
 def test_encode_and_decode_follow_the_family_conventions():
-  t5, gemma = pair("t5_docstring"), pair("gemma_completion")
-  exs = dm.examples("t5_docstring", "test", limit=3)
+  t5, gemma = pair("t5_codegen"), pair("gemma_completion")
+  exs = dm.examples("t5_codegen", "test", limit=3)
   rows = t5.encode(exs)["inputs"]
   assert [r[-1] for r in rows] == [t5.tokenizer.eos_id] * 3
-  assert rows[0][:-1] == t5.tokenizer.encode(exs[0]["inputs"])[:255]
+  assert rows[0][:-1] == t5.tokenizer.encode(exs[0]["inputs"])[:319]
   exs = dm.examples("gemma_completion", "test", limit=3)
   got = gemma.encode(exs)
   assert set(got) == {"prompts"}

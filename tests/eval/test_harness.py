@@ -213,9 +213,9 @@ def test_grid_product_and_dedup():
 def test_chain_config_keys_are_unchanged():
   """Keys and JSON of configs without a hierarchy or tree are those rows
   were written with before both existed, so a resumed sweep finds them."""
-  assert harness.row_key("t5_docstring", harness.RunConfig("spec_decode"),
+  assert harness.row_key("t5_codegen", harness.RunConfig("spec_decode"),
                          "ex0") == (
-      "t5_docstring|spec_decode[]|T=0.0|top_p=1.0|gamma=5|max_new=None|bs=1|"
+      "t5_codegen|spec_decode[]|T=0.0|top_p=1.0|gamma=5|max_new=None|bs=1|"
       "seed=0|ex0")
   assert harness.RunConfig(
       "token_v3", {"alpha": 0.3}, temperature=0.5, top_p=0.9, gamma=3,

@@ -7,7 +7,7 @@ import pytest
 from specdec_jax.eval import default_models as dm
 from tests.eval import load_script
 
-BUILT = os.path.isfile(os.path.join(dm.ASSETS, "t5_docstring", "medium",
+BUILT = os.path.isfile(os.path.join(dm.ASSETS, "t5_codegen", "medium",
                                     "params.safetensors"))
 
 
@@ -21,8 +21,8 @@ def test_real_input_loss_is_the_recorded_validation_loss():
   validation loss the training run recorded; a wrong or missing input can
   only cost these models (it does, by a little for shuffled inputs and
   much for none)."""
-  fam = dm.load("t5_docstring")
-  exs = dm.examples("t5_docstring", "validation")
+  fam = dm.load("t5_codegen")
+  exs = dm.examples("t5_codegen", "validation")
   got = _script().measure(fam, exs)
   levels = fam.info["evaluation"]["levels"]
   for level, loss in got.items():
@@ -38,5 +38,5 @@ def test_bad_requests_are_refused():
     script.measure(dm.load("gemma_completion"),
                    dm.examples("gemma_completion", "test", limit=4))
   with pytest.raises(ValueError, match="at least 2 examples"):
-    script.measure(dm.load("t5_docstring"),
-                   dm.examples("t5_docstring", "test", limit=1))
+    script.measure(dm.load("t5_codegen"),
+                   dm.examples("t5_codegen", "test", limit=1))

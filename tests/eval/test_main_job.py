@@ -191,7 +191,7 @@ def test_command_line_maps_flags(monkeypatch, tmp_path):
                       lambda out_dir, **kw: got.update(kw, out_dir=out_dir))
   monkeypatch.setattr(main_job, "enable_compilation_cache",
                       lambda path: got.update(cache=path))
-  main_job.main(["--out_dir", str(tmp_path), "--pairs", "t5_docstring",
+  main_job.main(["--out_dir", str(tmp_path), "--pairs", "t5_codegen",
                  "--methods", "target_only,token_v3,hsd", "--temperature",
                  "0,0.5", "--top_p", "1,0.9", "--gamma", "3,5",
                  "--num_examples", "4", "--repeats", "2",
@@ -201,7 +201,7 @@ def test_command_line_maps_flags(monkeypatch, tmp_path):
                          "hsd": {}}
   assert got["draft_rows"] == {"hsd": ("spec_decode", {"hierarchy": (2, 4)}),
                                "tree": ("spec_decode", {"tree": "kary:3,2"})}
-  assert got["pairs"] == ["t5_docstring"]
+  assert got["pairs"] == ["t5_codegen"]
   assert (got["temperature"], got["top_p"], got["gamma"]) == (
       [0.0, 0.5], [1.0, 0.9], [3, 5])
   assert (got["num_examples"], got["repeats"]) == (4, 2)
