@@ -22,8 +22,11 @@ and prints the results and summary tables. Rerunning with the same
     python -m specdec_jax.eval.main_job --out_dir /tmp/mj --num_examples 8 \\
         --pairs t5_codegen --temperature 0.5
 
-Each pair takes the first ``num_examples`` examples of the split, whatever
-their length: their prompts / encoder inputs are padded to one width (the
+Each pair takes ``num_examples`` examples spread evenly over the split
+(:func:`spread`: every (len / n)-th, from the first), whatever their length:
+the default families' splits are ordered by source file, so the first n
+would come from a handful of files (the first 32 T5 test examples come from
+4 of its 40). Their prompts / encoder inputs are padded to one width (the
 longest of them, see ``harness.encode_examples``), so every method compiles
 once per pair.
 
@@ -47,7 +50,19 @@ from specdec_jax.decoding import registry
 from specdec_jax.eval import drafts, harness, plots, report
 
 DEFAULT_PAIRS = ("t5_codegen", "gemma_completion")
-DEFAULT_NUM_EXAMPLES = 32
+DEFAULT_NUM_EXAMPLES = 64
+
+
+def spread(pool: Sequence, n: int | None) -> list:
+  """``n`` items of ``pool`` spread evenly over it: indices
+  ``i * len(pool) // n`` for i < n, in order (all of it for None or
+  n >= len(pool))."""
+  pool = list(pool)
+  if n is None or n >= len(pool):
+    return pool
+  if n < 1:
+    raise ValueError(f"num_examples must be >= 1 or None, got {n}")
+  return [pool[i * len(pool) // n] for i in range(n)]
 
 # method -> {knob: values}: small knob grids that span "close to the
 # verifier" to "close to the drafter" for each rule (the ``main_grid`` of
@@ -158,8 +173,8 @@ def run_main_job(out_dir: str, pairs: Sequence[str] | None = None,
   Args:
     out_dir: output directory (created; an existing one is resumed).
     pairs: default pair names (default: all of ``default_models.PAIRS``).
-    num_examples: the first this many examples of the split per pair
-      (None: all).
+    num_examples: this many examples of the split per pair, spread evenly
+      over it (:func:`spread`; None: all).
     grid: {row: {knob: values}}, a row being a method or a draft row
       (default: DEFAULT_GRID, with 'hsd' and 'tree').
     draft_rows: {row: (method, draft fields)} (default: DRAFT_ROWS).
@@ -205,7 +220,7 @@ def run_main_job(out_dir: str, pairs: Sequence[str] | None = None,
       raise ValueError(f"load_pair({name!r}) returned a pair named "
                        f"{pair.name!r}; results are keyed by the pair's name")
     pool = list(load_examples(name, split))
-    examples = pool if num_examples is None else pool[:num_examples]
+    examples = spread(pool, num_examples)
     if not examples:
       raise ValueError(f"{name}: no {split} examples selected (split has "
                        f"{len(pool)})")
@@ -315,6 +330,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                   "<out_dir>/jax_cache; '' disables it)")
   ap.add_argument("--no_progress", action="store_true")
   args = ap.parse_args(argv)
+  if args.num_examples < 1:
+    ap.error(f"--num_examples must be >= 1, got {args.num_examples}")
   grid = json.loads(args.grid_json) if args.grid_json else dict(DEFAULT_GRID)
   if args.methods:
     names = args.methods.split(",")

@@ -25,7 +25,7 @@ TREE_LABEL = "SpecDecode tree 2x3"
 def stand_ins():
   # Two pair names over the same tiny T5 models: the second pair reuses the
   # first one's compiled programs (the decoder-only path is covered by
-  # test_harness.py and test_main_job_takes_the_first_examples below).
+  # test_harness.py and test_main_job_takes_its_examples_whatever_their_width below).
   # tiny_a has a medium level (runs the hierarchy), tiny_b does not.
   t5 = th.stand_in_pair("t5", name="tiny_a")
   return {"tiny_a": th.three_levels(t5),
@@ -125,7 +125,7 @@ def _check_draft_rows(out, printed, tmp_path):
   assert drawn[HSD_LABEL][1] == [score[("tiny_a", "Target only (large)")]]
 
 
-def test_main_job_takes_the_first_examples_whatever_their_width(stand_ins,
+def test_main_job_takes_its_examples_whatever_their_width(stand_ins,
                                                                  tmp_path):
   """No selection by prompt length: long prompts share the one program."""
   pair = stand_ins["tiny_gemma"]
@@ -268,3 +268,23 @@ def test_main_job_on_the_real_default_pairs(tmp_path):
   for pair in dm.PAIRS:
     assert os.path.getsize(tmp_path / f"quality_vs_latency_{pair}.png") > 1000
   assert {s.pair for s in out["summary"]} == set(dm.PAIRS)
+
+
+def test_examples_are_spread_over_the_split():
+  pool = list(range(10))
+  assert main_job.spread(pool, 3) == [0, 3, 6]
+  assert main_job.spread(pool, 4) == [0, 2, 5, 7]
+  assert main_job.spread(pool, 10) == pool
+  assert main_job.spread(pool, 25) == pool and main_job.spread(pool, None) == pool
+  # a split ordered by file: every file gets its share, not the first one
+  files = [f"f{i // 25}" for i in range(100)]  # 4 files of 25 examples
+  assert sorted(set(main_job.spread(files, 8))) == ["f0", "f1", "f2", "f3"]
+  assert set(files[:8]) == {"f0"}
+  with pytest.raises(ValueError, match="num_examples must be >= 1"):
+    main_job.spread(pool, 0)
+
+
+def test_num_examples_below_one_is_rejected(capsys):
+  with pytest.raises(SystemExit):
+    main_job.main(["--out_dir", "/tmp/mj_x", "--num_examples", "0"])
+  assert "--num_examples must be >= 1, got 0" in capsys.readouterr().err

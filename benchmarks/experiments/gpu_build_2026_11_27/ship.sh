@@ -1,8 +1,10 @@
 #!/bin/bash
-# Ships a finished t5_codegen build: run from the root of a checkout with
-# benchmarks/build_state/ship_t5_codegen.patch applied (branch
-# ship-t5-codegen), after `train_default_models.py --pairs
-# t5_codegen,gemma_completion` (no --data) wrote OUT/metadata.json.
+# Ships a finished t5_codegen build (used 2026-11-27, when the ship patch,
+# benchmarks/build_state/ship_t5_codegen.patch, was applied and merged; it
+# is gone since): run from the root of a checkout after
+# `train_default_models.py --pairs t5_codegen,gemma_completion` (no --data)
+# wrote OUT/metadata.json. The 2026-11-27 ship skipped bench_tree and
+# bench_vs_hf (markers touched by hand) for lack of session time.
 #
 #   bash benchmarks/experiments/gpu_build_2026_11_27/ship.sh /work/dm_out6 2>&1 | tee /work/ship.log
 #
@@ -45,7 +47,7 @@ copy_main_job() {  # the committed files (results.jsonl is not; see main_job/REA
   sed 's/\r/\n/g' /tmp/main_job_console.log | grep -v '%|' > $R/main_job/console.log
 }
 step main_job_copy copy_main_job
-step significance_t5 $PY scripts/family_significance.py --assets $A --pairs t5_codegen --resamples 1000 --out $R/default_models_significance_t5
+step significance_t5 $PY scripts/family_significance.py --assets $A --pairs t5_codegen --resamples 1000 --predictions /work/ship_preds_t5.json --out $R/default_models_significance_t5
 step input_dependence bash -c "$PY scripts/input_dependence.py --assets $A --limit 256 | tee $R/input_dependence_t5_codegen.txt"
 step bench_decode $PY scripts/bench_decode.py --pair=default-t5 --out=$R/bench_decode_default_t5 --num_prompts=8 --new_tokens=32 --repeats=5 --gammas=1,3,5,8 --temperatures=0,1 --batches=1,8 --cascade_alpha=0.3
 step bench_tree $PY scripts/bench_tree.py --pairs=default-t5 --out=$R/bench_tree_default_t5 --nodes=8,16,32 --kary=2,4 --gammas=3,5,7 --temperatures=0,1 --batches=1,8 --repeats=2 --num_prompts=8 --new_tokens=32
