@@ -3,8 +3,8 @@
 # benchmarks/build_state/ship_t5_codegen.patch, was applied and merged; it
 # is gone since): run from the root of a checkout after
 # `train_default_models.py --pairs t5_codegen,gemma_completion` (no --data)
-# wrote OUT/metadata.json. The 2026-11-27 ship skipped bench_tree and
-# bench_vs_hf (markers touched by hand) for lack of session time.
+# wrote OUT/metadata.json. The 2026-11-27 ship skipped bench_vs_hf (marker
+# touched by hand) for lack of session time.
 #
 #   bash benchmarks/experiments/gpu_build_2026_11_27/ship.sh /work/dm_out6 2>&1 | tee /work/ship.log
 #
