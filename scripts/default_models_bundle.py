@@ -12,7 +12,9 @@ pip packages (``eval/corpus.py``, ``eval/pretraining.py``); another machine
   DIR/<task>/tokenizer.model        the task's SentencePiece model
   DIR/<task>/examples.json          the examples' text per split ('train',
                                     'validation', 'test', 'extra': the
-                                    teacher-only distillation inputs)
+                                    teacher-only distillation inputs;
+                                    'more': further ones, where the plan
+                                    has them)
   DIR/<task>/pretrain_<kind>.npz    tokenized pretraining items: 'pairs'
                                     (T5 task pairs) and 'pairs_prefix_lm'
                                     (with the prefix-LM pairs) as flat ids +
@@ -37,6 +39,7 @@ BUNDLE_JSON = "bundle.json"
 EXAMPLES_JSON = "examples.json"
 TOKENIZER = "tokenizer.model"
 SPLITS = ("train", "validation", "test", "extra")
+OPTIONAL_SPLITS = ("more",)  # exported when the family has them
 
 
 def _kind(prefix_lm: bool) -> str:
@@ -89,7 +92,8 @@ def export(dest: str, task: str, tokenizer_path: str, examples: dict,
   os.makedirs(d, exist_ok=True)
   shutil.copyfile(tokenizer_path, os.path.join(d, TOKENIZER))
   with open(os.path.join(d, EXAMPLES_JSON), "w") as f:
-    json.dump({s: examples[s] for s in SPLITS}, f)
+    json.dump({s: examples[s] for s in SPLITS + OPTIONAL_SPLITS
+               if s in examples}, f)
   kinds = []
   for key, items in pretrain.items():
     if key == "stream":
@@ -101,7 +105,8 @@ def export(dest: str, task: str, tokenizer_path: str, examples: dict,
       kinds.append(_kind(key))
   record = dict(tokenizer_sha256=_sha256(os.path.join(d, TOKENIZER)),
                 pretrain=sorted(kinds), pretraining=pretraining_record,
-                examples={s: len(examples[s]) for s in SPLITS})
+                examples={s: len(examples[s]) for s in SPLITS + OPTIONAL_SPLITS
+                          if s in examples})
   info = read_info(dest) if os.path.isfile(os.path.join(
       dest, BUNDLE_JSON)) else dict(format=FORMAT, tasks={})
   info["tasks"][task] = record
@@ -166,4 +171,4 @@ def load_task(src: str, task: str) -> dict:
 
 
 __all__ = ["BUNDLE_JSON", "FORMAT", "SPLITS", "export", "load_task",
-           "read_info", "set_info"]
+           "read_info", "set_info", "OPTIONAL_SPLITS"]

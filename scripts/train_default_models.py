@@ -26,13 +26,16 @@ state is checkpointed to ``--workdir/<task>/<stage>`` at every evaluation):
   teacher          the shipped large model's greedy and sampled (T=1)
                    outputs on the training and validation inputs, greedy
                    outputs on <= 8,000 more task inputs from the pretraining
-                   files, and its top-k log-probabilities along them and the
-                   ground truth
+                   files (and on plan.MORE_INPUTS further ones: split
+                   'more'), and its top-k log-probabilities along them and
+                   the ground truth
   medium_pretrain  the medium model (~3.6x cheaper than the large) on plain
                    text
   medium           ... distilled (KL to the teacher + data loss), then a
                    second round on its own greedy outputs scored by the
-                   teacher (on-policy) -> ``<out>/<task>/medium``
+                   teacher (on-policy) -> ``<out>/<task>/medium``; the
+                   t5_codegen medium: one round, on the teacher's rows plus
+                   its greedy rows on 20,000 more inputs (plan.MORE_INPUTS)
   small_pretrain   the small model on plain text
   small            ... distilled the same way -> ``<out>/<task>/drafter``
   eval             test split: held-out loss, greedy quality, repetition,
@@ -45,7 +48,9 @@ they can be checked), then teachers and drafters, then the evaluation;
 The training data come from this machine's corpus; ``--export_data DIR``
 writes them into a portable bundle and ``--data DIR`` runs the training
 stages from it on another machine (``default_models_bundle.py``; eval and
-metadata stay where the corpus is).
+metadata stay where the corpus is). ``--data OLD --export_data NEW`` writes
+OLD plus the example splits the plan now wants and OLD lacks ('more', see
+``plan.MORE_INPUTS``), drawn from this machine's corpus.
 
 Several processes may share a workdir: each stage runs under a lock
 (``stage_lock.py``), so a process that reaches a stage another one is
@@ -576,16 +581,73 @@ def _output_pass(fam: Family, model, params, wd: str, split: str, name: str,
   return ids, cached["stats"]
 
 
-def extra_examples(fam: Family, corpus, smoke: bool) -> list[dict]:
+def extra_examples(fam: Family, corpus, smoke: bool,
+                   split: str = "extra") -> list[dict]:
   """More task inputs for distillation: the task's examples of the
-  pretraining files' functions, minus held-out and training inputs; a fixed
-  random ``plan.EXTRA_INPUTS`` of them (their targets are not used)."""
+  pretraining files' functions, minus held-out and training inputs, in a
+  fixed random order; their targets are not used.
+
+  Args:
+    split: 'extra' (the first ``plan.EXTRA_INPUTS`` of that order) or
+      'more' (the next ``plan.more_inputs(task)`` that are not in
+      ``fam.examples['extra']``: from one corpus, the ones right after the
+      extra inputs; with a bundle's extra inputs (``--data`` with
+      ``--export_data``), still none of them; the levels of
+      ``plan.MORE_ROWS_LEVELS`` learn from them too).
+  """
+  if split not in ("extra", "more"):
+    raise ValueError(f"split must be 'extra' or 'more', got {split!r}")
   used = pretrain_lib.held_out_inputs(corpus) | frozenset(
       e["inputs"] for e in fam.examples["train"])
   exs = pretrain_lib.task_examples(fam.pre, fam.task, used)
   order = np.random.default_rng(plan.DATA_SEED).permutation(len(exs))
-  n = plan.SMOKE_EXAMPLES if smoke else plan.EXTRA_INPUTS
-  return [exs[i] for i in order[:n]]
+  if split == "extra":
+    n = plan.SMOKE_EXAMPLES if smoke else plan.EXTRA_INPUTS
+    return [exs[i] for i in order[:n]]
+  extra = frozenset(e["inputs"] for e in fam.examples["extra"])
+  more = [exs[i] for i in order if exs[i]["inputs"] not in extra]
+  return more[:plan.more_inputs(fam.task, smoke)]
+
+
+def extend_bundle(args, tasks) -> None:
+  """--data with --export_data: the bundle --data plus the example splits
+  the plan now wants and it lacks ('more', ``plan.MORE_INPUTS``), drawn
+  from this machine's corpus (its other data are copied as they are: the
+  stages that ran from it stay reproducible)."""
+  families = families_from_bundle(args, tasks, check_more=False)
+  corpus = corpus_lib.default_corpus()
+  for task, fam in families.items():
+    added = {}
+    if plan.more_inputs(task, args.smoke) and "more" not in fam.examples:
+      fam.pre = pretrain_lib.build(corpus, args.site_packages or None,
+                                   pretrain_bytes(args, task))
+      fam.examples["more"] = extra_examples(fam, corpus, args.smoke, "more")
+      added["more"] = dict(examples=len(fam.examples["more"]),
+                           pretraining_files_hash=fam.pre.files_hash,
+                           corpus_hash=corpus.corpus_hash, added_on=ran_on(),
+                           command="PYTHONPATH=. python " + " ".join(sys.argv))
+    bundle_lib.export(args.export_data, task,
+                      os.path.join(args.data, task, bundle_lib.TOKENIZER),
+                      fam.examples, fam.bundle, fam.pre_record)
+    said = ", ".join(f"{k}: {v}" for k, v in added.items())
+    log(f"{task}: {said or 'nothing to add'}")
+    info = bundle_lib.read_info(args.export_data)
+    info["tasks"][task]["added"] = dict(
+        bundle_lib.read_info(args.data)["tasks"][task].get("added", {}),
+        **added)
+    with open(os.path.join(args.export_data, bundle_lib.BUNDLE_JSON),
+              "w") as f:
+      json.dump(info, f, indent=1)
+  old = bundle_lib.read_info(args.data)
+  bundle_lib.set_info(args.export_data, **{
+      k: v for k, v in old.items() if k not in ("format", "tasks")})
+
+
+def more_split(fam: Family) -> list[tuple[str, list]]:
+  """[('more', tokenized inputs)] if ``fam``'s task has a 'more' split."""
+  if "more" not in fam.examples:
+    return []
+  return [("more", dme.tokenize(fam.tok, fam.spec, fam.examples["more"]))]
 
 
 def stage_teacher(fam: Family, args, progress: Progress,
@@ -614,12 +676,21 @@ def stage_teacher(fam: Family, args, progress: Progress,
   model, params = load_saved(source)
   extra = dme.tokenize(fam.tok, fam.spec, fam.examples["extra"])
   report = dict(extra_inputs=len(extra))
-  for split, rows in (("validation", fam.val_rows), ("train", fam.train_rows),
-                      ("extra", extra)):
+  splits = [("validation", fam.val_rows), ("train", fam.train_rows),
+            ("extra", extra)]
+  if stage == "teacher":  # the students' rows (self_teacher's: no 'more')
+    splits += more_split(fam)
+    report.update({f"{n}_inputs": len(r) for n, r in splits[3:]})
+  for split, rows in splits:
+    path = os.path.join(wd, f"{split}.npz")
+    if os.path.isfile(path):  # an earlier run wrote this split's rows
+      log(f"{fam.task}/{stage}: {split}: reusing {path}")
+      report[f"{split}_topk_seconds"] = "reused"
+      continue
     outputs = [("greedy", decoding.Greedy())]
     if split == "train":
       outputs.append(("sampled", decoding.Temperature(1.0)))
-    truth = split != "extra"
+    truth = split not in ("extra", "more")
     pairs, data = (list(rows), [True] * len(rows)) if truth else ([], [])
     for name, sampling in outputs:
       ids, report[f"{split}_{name}"] = _output_pass(
@@ -631,7 +702,7 @@ def stage_teacher(fam: Family, args, progress: Progress,
         model, params, pairs, data, dme.batch_maker(fam.spec, fam.tok.eos_id),
         fam.spec.family, k=plan.TOP_K, batch_size=plan.TEACHER_FORWARD_BATCH,
         log=lambda s: log(f"{fam.task}/{stage}: {s}"))
-    distill_lib.save_rows(os.path.join(wd, f"{split}.npz"), out)
+    distill_lib.save_rows(path, out)
     report[f"{split}_topk_seconds"] = round(time.perf_counter() - t, 1)
   report["wall_seconds"] = round(time.perf_counter() - t0, 1)
   mark_done(wd, report)
@@ -640,13 +711,24 @@ def stage_teacher(fam: Family, args, progress: Progress,
   return report
 
 
-def _distill_data(fam: Family, args, teacher: str = "teacher"):
+def _distill_data(fam: Family, args, teacher: str = "teacher",
+                  level: str | None = None):
   """(training rows, make, validation batches) of the rows of the stage
-  ``teacher`` ('teacher' or 'self_teacher')."""
+  ``teacher`` ('teacher' or 'self_teacher'); a ``level`` of
+  ``plan.MORE_ROWS_LEVELS`` also gets the teacher's 'more' rows."""
   tdir = os.path.join(args.workdir, fam.task, teacher)
   rows = distill_lib.load_rows(os.path.join(tdir, "train.npz"))
   if os.path.isfile(os.path.join(tdir, "extra.npz")):
     rows += distill_lib.load_rows(os.path.join(tdir, "extra.npz"))
+  if level in plan.MORE_ROWS_LEVELS.get(fam.task, ()):
+    more = os.path.join(tdir, "more.npz")
+    if not os.path.isfile(more):
+      raise SystemExit(
+          f"{more} is missing: the teacher stage of {fam.task} predates its "
+          f"'more' split (plan.MORE_INPUTS); delete "
+          f"{os.path.join(tdir, 'done.json')} and run --only teacher (the "
+          f"saved passes and rows are reused)")
+    rows += distill_lib.load_rows(more)
   val = distill_lib.load_rows(os.path.join(tdir, "validation.npz"))
   base = dme.batch_maker(fam.spec, fam.tok.eos_id, plan.PROMPT_WEIGHT)
   make = lambda rs: distill_lib.batch(rs, base, fam.spec.family)
@@ -697,12 +779,49 @@ def stage_large_distill(fam: Family, args, progress: Progress) -> dict:
   return report
 
 
+def _onpolicy_round(fam: Family, level: str, args, model, params, rows, make,
+                    evals, report: dict):
+  """Round 2 of :func:`stage_distill`: ``params`` write greedy outputs on
+  the training and extra inputs, the shipped large scores them (top-k) and
+  training goes on over ``rows`` and those. Returns (params, report)."""
+  wd = os.path.join(args.workdir, fam.task, level)
+  st2 = plan.stage(fam.task, f"{level}_onpolicy", args.smoke,
+                   args.smoke_steps)
+  onpolicy = os.path.join(wd, "onpolicy.npz")
+  if os.path.isfile(onpolicy):
+    more = distill_lib.load_rows(onpolicy)
+  else:
+    pairs = []
+    for split, inputs in (("train", fam.train_rows), ("extra", dme.tokenize(
+        fam.tok, fam.spec, fam.examples["extra"]))):
+      ids, report[f"{split}_student_greedy"] = _output_pass(
+          fam, model, params, wd, split, "student_greedy", decoding.Greedy(),
+          level)
+      pairs += [(x, y) for (x, _), y in zip(inputs, ids)]
+    large, lp = load_saved(os.path.join(args.out, fam.task,
+                                        dm.LEVEL_DIRS["large"]))
+    more = distill_lib.teacher_rows(
+        large, lp, pairs, [False] * len(pairs),
+        dme.batch_maker(fam.spec, fam.tok.eos_id),
+        fam.spec.family, k=plan.TOP_K, batch_size=plan.TEACHER_FORWARD_BATCH,
+        log=lambda s: log(f"{fam.task}/{level}: on-policy {s}"))
+    distill_lib.save_rows(onpolicy, more)
+  best, report2 = run_training(f"{fam.task}/{level}/onpolicy", model, params,
+                               st2.config, rows + more, make, st2.batch_size,
+                               evals, os.path.join(wd, "onpolicy"))
+  return best, dict(report2, first_round=report, onpolicy_rows=len(more),
+                    train_seconds=report["train_seconds"] +
+                    report2["train_seconds"])
+
+
 def stage_distill(fam: Family, level: str, args, progress: Progress) -> dict:
   """medium / small: a student distilled from the shipped large model.
 
   Two rounds (DistillSpec): (1) from the pretrained student, on the
   teacher's rows (ground truth + the teacher's greedy and sampled outputs,
-  and its greedy outputs on the extra inputs); (2) the student then writes
+  and its greedy outputs on the extra inputs, and on the 'more' inputs for
+  the levels of ``plan.MORE_ROWS_LEVELS``); (2) where the plan has a
+  '<level>_onpolicy' stage (``plan.has_onpolicy``), the student then writes
   greedy outputs on the training and extra inputs
   (:func:`extra_examples`), the teacher scores them (top-k along the
   student's own tokens: on-policy data, where the drafter's mistakes are)
@@ -715,40 +834,17 @@ def stage_distill(fam: Family, level: str, args, progress: Progress) -> dict:
     return done
   require_done(fam, args, level, f"{level}_pretrain", "teacher")
   st = plan.stage(fam.task, level, args.smoke, args.smoke_steps)
-  st2 = plan.stage(fam.task, f"{level}_onpolicy", args.smoke,
-                   args.smoke_steps)
   t0 = time.perf_counter()
   model = model_from_config(plan.arch(fam.task, level, fam.tok))
   params = _load_npz_params(os.path.join(
       args.workdir, fam.task, f"{level}_pretrain", "final_params.npz"), model)
-  rows, make, evals = _distill_data(fam, args)
+  rows, make, evals = _distill_data(fam, args, level=level)
   best, report = run_training(f"{fam.task}/{level}", model, params, st.config,
                               rows, make, st.batch_size, evals, wd)
-  onpolicy = os.path.join(wd, "onpolicy.npz")
-  if os.path.isfile(onpolicy):
-    more = distill_lib.load_rows(onpolicy)
-  else:
-    pairs = []
-    for split, inputs in (("train", fam.train_rows), ("extra", dme.tokenize(
-        fam.tok, fam.spec, fam.examples["extra"]))):
-      ids, report[f"{split}_student_greedy"] = _output_pass(
-          fam, model, best, wd, split, "student_greedy", decoding.Greedy(),
-          level)
-      pairs += [(x, y) for (x, _), y in zip(inputs, ids)]
-    large, lp = load_saved(os.path.join(args.out, fam.task,
-                                        dm.LEVEL_DIRS["large"]))
-    more = distill_lib.teacher_rows(
-        large, lp, pairs, [False] * len(pairs),
-        dme.batch_maker(fam.spec, fam.tok.eos_id),
-        fam.spec.family, k=plan.TOP_K, batch_size=plan.TEACHER_FORWARD_BATCH,
-        log=lambda s: log(f"{fam.task}/{level}: on-policy {s}"))
-    distill_lib.save_rows(onpolicy, more)
-  best, report2 = run_training(f"{fam.task}/{level}/onpolicy", model, best,
-                               st2.config, rows + more, make, st2.batch_size,
-                               evals, os.path.join(wd, "onpolicy"))
-  report = dict(report2, first_round=report, onpolicy_rows=len(more),
-                train_seconds=report["train_seconds"] +
-                report2["train_seconds"])
+  report["rows"] = len(rows)
+  if plan.has_onpolicy(fam.task, level):
+    best, report = _onpolicy_round(fam, level, args, model, best, rows, make,
+                                   evals, report)
   report.update(save_model(os.path.join(args.out, fam.task,
                                         dm.LEVEL_DIRS[level]), model, best))
   report["wall_seconds"] = round(time.perf_counter() - t0, 1)
@@ -894,6 +990,8 @@ def families_from_corpus(args, tasks, corpus) -> dict:
           f"hash {pres[n].files_hash[:16]}, {json.dumps(pres[n].stats)}")
     fam.pre = pres[n]
     exs["extra"] = extra_examples(fam, corpus, args.smoke)
+    if plan.more_inputs(task, args.smoke):
+      exs["more"] = extra_examples(fam, corpus, args.smoke, "more")
     families[task] = fam
   return families
 
@@ -918,8 +1016,9 @@ def export_bundle(args, families: dict, corpus) -> None:
                       command="PYTHONPATH=. python " + " ".join(sys.argv))
 
 
-def families_from_bundle(args, tasks) -> dict:
-  """--data: {task: Family} from a bundle (no corpus on this machine)."""
+def families_from_bundle(args, tasks, check_more: bool = True) -> dict:
+  """--data: {task: Family} from a bundle (no corpus on this machine);
+  ``check_more``: the bundle must hold the 'more' split the plan wants."""
   info = bundle_lib.read_info(args.data)
   if bool(info.get("smoke")) != bool(args.smoke):
     raise SystemExit(
@@ -945,6 +1044,14 @@ def families_from_bundle(args, tasks) -> dict:
       shutil.copyfile(data["tokenizer"], path)
     tok = tokenizer_lib.Tokenizer(path, spec.family, extra_ids=0)
     exs = data["examples"]
+    if check_more and plan.more_inputs(task, args.smoke) and (
+        "more" not in exs):
+      raise SystemExit(
+          f"the data bundle {args.data} has no 'more' examples of {task}, "
+          f"the plan wants {plan.more_inputs(task, args.smoke)} "
+          f"(plan.MORE_INPUTS): add them "
+          f"where the corpus is with --data {args.data} --export_data NEW_DIR "
+          f"and run with --data NEW_DIR")
     fam = Family(task, spec, tok, dme.tokenize(tok, spec, exs["train"]),
                  dme.tokenize(tok, spec, exs["validation"]), exs,
                  bundle=data["pretrain"],
@@ -991,7 +1098,9 @@ def main():
                   help="write the training data of --pairs (tokenizer, "
                   "examples, tokenized pretraining items) into this directory "
                   "and stop; another machine runs the stages with --data "
-                  "(scripts/default_models_bundle.py)")
+                  "(scripts/default_models_bundle.py); with --data: that "
+                  "bundle plus the example splits the plan now wants and it "
+                  "lacks, from this machine's corpus")
   ap.add_argument("--data", default="",
                   help="run the training stages from a bundle written by "
                   "--export_data instead of this machine's corpus (no eval, "
@@ -1010,7 +1119,11 @@ def main():
   if [s for s in only if s not in STAGES]:
     ap.error(f"unknown stage in --only {args.only!r}; choose from {STAGES}")
   if args.data and args.export_data:
-    ap.error("--data and --export_data exclude each other")
+    if os.path.abspath(args.data) == os.path.abspath(args.export_data):
+      ap.error("--export_data must be a new directory, not --data's")
+    extend_bundle(args, tasks)
+    log(f"wrote the data bundle {args.export_data} (from {args.data})")
+    return
   t0 = time.perf_counter()
   progress = Progress(args.workdir)
   reports = {t: {} for t in tasks}

@@ -49,18 +49,6 @@ def _primary(name):
   return dm.TASKS[name].metrics[0]
 
 
-# Issue 15 is open for the T5 family on one number: its medium's greedy alpha
-# against the large is 0.685 on the test split (0.669 on the slice), under
-# the issue's 0.7 (benchmarks/results/default_models_progress.md, ninth
-# session); everything else about the family passes. Strict: the mark must
-# come off once a rebuilt medium passes.
-T5_ALPHA_XFAIL = pytest.mark.xfail(
-    strict=True, reason="issue 15 (open): the T5 medium's greedy alpha "
-    "against the large is 0.685 < 0.7")
-ALPHA = [pytest.param(n, marks=T5_ALPHA_XFAIL) if n == "t5_codegen"
-         else n for n in dm.PAIRS]
-
-
 def _assert_alpha_thresholds(ev):
   """alpha >= 0.5 (small) and >= 0.7 (medium) against the large model."""
   assert ev["alpha"]["small>large"] >= 0.5
@@ -122,7 +110,7 @@ def test_recorded_full_split_numbers_show_a_real_family(name):
   assert ev["cost"]["large_over_small_flops"] >= 10.0
 
 
-@pytest.mark.parametrize("name", ALPHA)
+@pytest.mark.parametrize("name", dm.PAIRS)
 def test_recorded_alpha_meets_the_issue_thresholds(name):
   """The issue's thresholds, on the full test split and on the slice (which
   the slow test below re-evaluates)."""

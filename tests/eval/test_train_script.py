@@ -300,8 +300,12 @@ def test_t5_codegen_stages_scale_the_query_updates_by_head_dim():
       assert st.keep == "metric" and st.config.steps == 1500
       continue
     twin = plan.STAGES[("t5_docstring", name)]
-    assert dataclasses.replace(st.config, update_scales=(),
-                               patience=twin.config.patience) == twin.config
+    # The medium's one round runs longer (its 'more' rows, MORE_INPUTS).
+    steps = 4500 if name == "medium" else twin.config.steps
+    got = dataclasses.replace(st.config, update_scales=(), steps=steps,
+                              patience=twin.config.patience)
+    assert got == dataclasses.replace(twin.config, steps=steps), name
+  assert ("t5_codegen", "medium_onpolicy") not in plan.STAGES
   assert plan.stage("t5_codegen", "small").config.update_scales[0][1] == (
       32 ** -0.5)
   described = plan.describe()["stages"]["t5_codegen/large_pretrain"]
@@ -467,7 +471,11 @@ def test_a_data_bundle_gives_another_machine_the_same_training_data(
                         script.dme.tokenize(tok, spec, exs["validation"]),
                         exs, pre=pre)
     exs["extra"] = script.extra_examples(fam, corpus, smoke=False)
+    if script.plan.more_inputs(task):
+      exs["more"] = script.extra_examples(fam, corpus, False, "more")
     fams[task] = fam
+  assert "more" in fams["t5_codegen"].examples  # (plan.MORE_INPUTS)
+  assert "more" not in fams["gemma_completion"].examples
   args = argparse.Namespace(workdir=wd, out=out, export_data=dest, data="",
                             smoke=False, pretrain_bytes=2**20, force=False)
   script.export_bundle(args, fams, corpus)
@@ -571,3 +579,143 @@ def test_large_distill_trains_the_finetuned_large_into_the_verifier(
   assert max(diffs) > 0  # trained
   monkeypatch.setattr(script, "run_training", lambda *a, **k: 1 / 0)
   assert script.stage_large_distill(fam, args, None)["steps_run"] == 2
+
+
+def test_the_teacher_writes_a_more_split_that_only_the_listed_levels_learn(
+    tmp_path, monkeypatch):
+  """plan.MORE_INPUTS: the teacher stage writes its greedy rows on the
+  'more' inputs (teacher-only: no data loss), a rerun reuses every saved
+  split's rows, the levels of plan.MORE_ROWS_LEVELS (the t5_codegen medium)
+  train on them and the others do not, and a level without an
+  '<level>_onpolicy' stage has no on-policy round."""
+  import types
+  from specdec_jax.eval import default_models as dm
+  from specdec_jax.eval import default_models_eval as dme
+  from specdec_jax.eval import distill as distill_lib
+  from tests.eval.test_harness import stand_in_examples
+  script = _script()
+  plan = script.plan
+  assert plan.MORE_ROWS_LEVELS["t5_codegen"] == ("medium",)
+  assert not plan.has_onpolicy("t5_codegen", "medium")
+  assert plan.has_onpolicy("t5_codegen", "small")
+  assert all(plan.has_onpolicy(t, lv) for t in ("gemma_completion",
+                                                "t5_docstring")
+             for lv in ("small", "medium"))
+  assert plan.more_inputs("t5_codegen") == plan.MORE_INPUTS["t5_codegen"]
+  assert plan.more_inputs("t5_codegen", smoke=True) == plan.SMOKE_EXAMPLES
+  assert plan.more_inputs("gemma_completion") == 0
+  fam, model, params = _tiny_family(script, n=8)
+  exs = dict(fam.examples, validation=stand_in_examples(4, seed=5),
+             extra=stand_in_examples(3, seed=7),
+             more=stand_in_examples(2, seed=9))
+  fam = dataclasses.replace(
+      fam, task="t5_codegen", examples=exs,
+      train_rows=dme.tokenize(fam.tok, fam.spec, exs["train"]),
+      val_rows=dme.tokenize(fam.tok, fam.spec, exs["validation"]))
+  args = types.SimpleNamespace(workdir=str(tmp_path / "wd"),
+                               out=str(tmp_path / "out"), force=False,
+                               smoke=True, smoke_steps=2)
+  script.save_model(os.path.join(args.out, "t5_codegen",
+                                 dm.LEVEL_DIRS["large"]), model, params)
+  for stage in ("large", "large_distill"):
+    script.mark_done(os.path.join(args.workdir, "t5_codegen", stage), {})
+  progress = script.Progress(args.workdir)
+  report = script.stage_teacher(fam, args, progress)
+  assert report["more_inputs"] == 2 and report["more_greedy"]["rows"] == 2
+  tdir = os.path.join(args.workdir, "t5_codegen", "teacher")
+  more = distill_lib.load_rows(os.path.join(tdir, "more.npz"))
+  with open(script._pass_path(tdir, "more", "greedy")) as f:
+    preds = json.load(f)["preds"]
+  assert [r.targets for r in more] == [
+      tuple(dm.encode_targets(fam.tok, fam.spec, p)) for p in preds]
+  assert [r.inputs for r in more] == [
+      tuple(x) for x, _ in dme.tokenize(fam.tok, fam.spec, exs["more"])]
+  assert not any(r.data for r in more)
+  # A rerun (its done.json gone) reuses every split's saved rows.
+  os.remove(os.path.join(tdir, "done.json"))
+  monkeypatch.setattr(distill_lib, "teacher_rows", lambda *a, **k: 1 / 0)
+  again = script.stage_teacher(fam, args, progress)
+  assert {again[f"{s}_topk_seconds"] for s in (
+      "validation", "train", "extra", "more")} == {"reused"}
+  monkeypatch.undo()
+  n_train = 8 * 3  # ground truth + greedy + sampled
+  for level, n in (("medium", n_train + 3 + 2), ("small", n_train + 3)):
+    assert len(script._distill_data(fam, args, level=level)[0]) == n, level
+  # The medium: one round on those rows, no on-policy round.
+  monkeypatch.setattr(script.plan, "arch",
+                      lambda task, level, tok=None: model.config)
+  for level in ("medium", "small"):
+    pre = os.path.join(args.workdir, "t5_codegen", f"{level}_pretrain")
+    os.makedirs(pre)
+    script._save_npz_params(os.path.join(pre, "final_params.npz"), params)
+    script.mark_done(pre, {})
+  got = script.stage_distill(fam, "medium", args, progress)
+  assert got["rows"] == n_train + 5 and "first_round" not in got
+  mdir = os.path.join(args.workdir, "t5_codegen", "medium")
+  assert not os.path.exists(os.path.join(mdir, "onpolicy.npz"))
+  assert os.path.isdir(os.path.join(args.out, "t5_codegen", "medium"))
+  # Without its rows the medium's stage says what to do.
+  os.remove(os.path.join(tdir, "more.npz"))
+  with pytest.raises(SystemExit, match="predates its 'more' split"):
+    script._distill_data(fam, args, level="medium")
+
+
+def test_an_old_bundle_gets_the_more_split_from_this_machines_corpus(
+    tmp_path, monkeypatch):
+  """A bundle exported before the plan had a 'more' split is refused by
+  --data with what to do; --data OLD --export_data NEW copies its data as
+  they are and adds 'more' inputs from the corpus, none of them used."""
+  import argparse
+  from specdec_jax.eval import default_models as dm
+  from specdec_jax.eval import pretraining
+  from tests.eval.test_harness import train_tokenizer
+  corpus, pre = _tiny_pretraining(tmp_path)
+  script = _script()
+  task = "t5_codegen"
+  out, wd, old = (str(tmp_path / d) for d in ("out", "work", "old"))
+  path = os.path.join(out, task, dm.TOKENIZER)
+  os.makedirs(os.path.dirname(path))
+  tok = train_tokenizer("t5", path=path)
+  spec = dm.TASKS[task]
+  exs = {s: corpus.examples[task][s] for s in ("train", "validation",
+                                               "test")}
+  fam = script.Family(task, spec, tok,
+                      script.dme.tokenize(tok, spec, exs["train"]),
+                      script.dme.tokenize(tok, spec, exs["validation"]),
+                      exs, pre=pre)
+  monkeypatch.setattr(script.plan, "EXTRA_INPUTS", 2)
+  exs["extra"] = script.extra_examples(fam, corpus, smoke=False)
+  args = argparse.Namespace(workdir=wd, out=out, export_data=old, data="",
+                            smoke=False, pretrain_bytes=2**20, force=False,
+                            site_packages="")
+  script.export_bundle(args, {task: fam}, corpus)  # no 'more' split
+  monkeypatch.setitem(script.plan.MORE_INPUTS, task, 2)
+  new = str(tmp_path / "new")
+  args2 = argparse.Namespace(**{**vars(args), "data": old,
+                                "export_data": new})
+  with pytest.raises(SystemExit, match="has no 'more' examples of "
+                     "t5_codegen.*--export_data NEW_DIR"):
+    script.families_from_bundle(args2, [task])
+  monkeypatch.setattr(script.corpus_lib, "default_corpus", lambda: corpus)
+  monkeypatch.setattr(script.pretrain_lib, "build", lambda *a: pre)
+  script.extend_bundle(args2, [task])
+  got = script.families_from_bundle(
+      argparse.Namespace(**{**vars(args2), "data": new}), [task])[task]
+  more = got.examples.pop("more")
+  assert got.examples == fam.examples  # the old data, as they were
+  assert len(more) == 2
+  used = (pretraining.held_out_inputs(corpus)
+          | {e["inputs"] for e in exs["train"] + exs["extra"]})
+  assert not any(e["inputs"] in used for e in more)
+  # From one corpus, the 'more' inputs are the ones after the extra inputs.
+  monkeypatch.setattr(script.plan, "EXTRA_INPUTS", 4)
+  assert script.extra_examples(fam, corpus, smoke=False) == \
+      exs["extra"] + more
+  old_pre = script.families_from_bundle(
+      argparse.Namespace(**{**vars(args2), "data": old}), [task],
+      check_more=False)[task].bundle
+  assert got.bundle == old_pre
+  info = script.bundle_lib.read_info(new)
+  assert info["tasks"][task]["added"]["more"]["examples"] == 2
+  assert info["tasks"][task]["examples"]["more"] == 2
+  assert info["corpus_hash"] == corpus.corpus_hash
