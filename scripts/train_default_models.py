@@ -581,6 +581,26 @@ def _output_pass(fam: Family, model, params, wd: str, split: str, name: str,
   return ids, cached["stats"]
 
 
+def _ordered_task_examples(fam: Family, corpus) -> list[dict]:
+  """The task's examples of the pretraining files' functions, minus
+  held-out and training inputs, in the build's fixed random order."""
+  used = pretrain_lib.held_out_inputs(corpus) | frozenset(
+      e["inputs"] for e in fam.examples["train"])
+  exs = pretrain_lib.task_examples(fam.pre, fam.task, used)
+  order = np.random.default_rng(plan.DATA_SEED).permutation(len(exs))
+  return [exs[i] for i in order]
+
+
+def _pick_inputs(fam: Family, ordered: list[dict], smoke: bool,
+                 split: str) -> list[dict]:
+  """:func:`extra_examples` ('extra' or 'more') of the ordered examples."""
+  if split == "extra":
+    return ordered[:plan.SMOKE_EXAMPLES if smoke else plan.EXTRA_INPUTS]
+  extra = frozenset(e["inputs"] for e in fam.examples["extra"])
+  more = [e for e in ordered if e["inputs"] not in extra]
+  return more[:plan.more_inputs(fam.task, smoke)]
+
+
 def extra_examples(fam: Family, corpus, smoke: bool,
                    split: str = "extra") -> list[dict]:
   """More task inputs for distillation: the task's examples of the
@@ -597,16 +617,7 @@ def extra_examples(fam: Family, corpus, smoke: bool,
   """
   if split not in ("extra", "more"):
     raise ValueError(f"split must be 'extra' or 'more', got {split!r}")
-  used = pretrain_lib.held_out_inputs(corpus) | frozenset(
-      e["inputs"] for e in fam.examples["train"])
-  exs = pretrain_lib.task_examples(fam.pre, fam.task, used)
-  order = np.random.default_rng(plan.DATA_SEED).permutation(len(exs))
-  if split == "extra":
-    n = plan.SMOKE_EXAMPLES if smoke else plan.EXTRA_INPUTS
-    return [exs[i] for i in order[:n]]
-  extra = frozenset(e["inputs"] for e in fam.examples["extra"])
-  more = [exs[i] for i in order if exs[i]["inputs"] not in extra]
-  return more[:plan.more_inputs(fam.task, smoke)]
+  return _pick_inputs(fam, _ordered_task_examples(fam, corpus), smoke, split)
 
 
 def extend_bundle(args, tasks) -> None:
@@ -614,6 +625,7 @@ def extend_bundle(args, tasks) -> None:
   the plan now wants and it lacks ('more', ``plan.MORE_INPUTS``), drawn
   from this machine's corpus (its other data are copied as they are: the
   stages that ran from it stay reproducible)."""
+  old = bundle_lib.read_info(args.data)
   families = families_from_bundle(args, tasks, check_more=False)
   corpus = corpus_lib.default_corpus()
   for task, fam in families.items():
@@ -633,21 +645,12 @@ def extend_bundle(args, tasks) -> None:
     log(f"{task}: {said or 'nothing to add'}")
     info = bundle_lib.read_info(args.export_data)
     info["tasks"][task]["added"] = dict(
-        bundle_lib.read_info(args.data)["tasks"][task].get("added", {}),
-        **added)
+        old["tasks"][task].get("added", {}), **added)
     with open(os.path.join(args.export_data, bundle_lib.BUNDLE_JSON),
               "w") as f:
       json.dump(info, f, indent=1)
-  old = bundle_lib.read_info(args.data)
   bundle_lib.set_info(args.export_data, **{
       k: v for k, v in old.items() if k not in ("format", "tasks")})
-
-
-def more_split(fam: Family) -> list[tuple[str, list]]:
-  """[('more', tokenized inputs)] if ``fam``'s task has a 'more' split."""
-  if "more" not in fam.examples:
-    return []
-  return [("more", dme.tokenize(fam.tok, fam.spec, fam.examples["more"]))]
 
 
 def stage_teacher(fam: Family, args, progress: Progress,
@@ -678,9 +681,10 @@ def stage_teacher(fam: Family, args, progress: Progress,
   report = dict(extra_inputs=len(extra))
   splits = [("validation", fam.val_rows), ("train", fam.train_rows),
             ("extra", extra)]
-  if stage == "teacher":  # the students' rows (self_teacher's: no 'more')
-    splits += more_split(fam)
-    report.update({f"{n}_inputs": len(r) for n, r in splits[3:]})
+  if stage == "teacher" and "more" in fam.examples:  # (students' rows only)
+    splits.append(("more", dme.tokenize(fam.tok, fam.spec,
+                                        fam.examples["more"])))
+    report["more_inputs"] = len(splits[-1][1])
   for split, rows in splits:
     path = os.path.join(wd, f"{split}.npz")
     if os.path.isfile(path):  # an earlier run wrote this split's rows
@@ -989,9 +993,10 @@ def families_from_corpus(args, tasks, corpus) -> dict:
       log(f"pretraining text ({n:,} bytes): {len(pres[n].documents)} files, "
           f"hash {pres[n].files_hash[:16]}, {json.dumps(pres[n].stats)}")
     fam.pre = pres[n]
-    exs["extra"] = extra_examples(fam, corpus, args.smoke)
+    ordered = _ordered_task_examples(fam, corpus)  # (parsed once)
+    exs["extra"] = _pick_inputs(fam, ordered, args.smoke, "extra")
     if plan.more_inputs(task, args.smoke):
-      exs["more"] = extra_examples(fam, corpus, args.smoke, "more")
+      exs["more"] = _pick_inputs(fam, ordered, args.smoke, "more")
     families[task] = fam
   return families
 

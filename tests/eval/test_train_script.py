@@ -445,6 +445,23 @@ def test_report_table_shows_alpha_and_accepted_over_drafted():
   assert "0.610 (0.276) | 7 |" in text
 
 
+def _corpus_family(script, corpus, pre, out: str, task: str, family: str):
+  """A Family of ``task`` over the tiny corpus (train / validation / test
+  splits; a tokenizer trained into ``out``), without extra inputs yet."""
+  from specdec_jax.eval import default_models as dm
+  from tests.eval.test_harness import train_tokenizer
+  path = os.path.join(out, task, dm.TOKENIZER)
+  os.makedirs(os.path.dirname(path))
+  tok = train_tokenizer(family, path=path)
+  spec = dm.TASKS[task]
+  exs = {s: corpus.examples[task][s] for s in ("train", "validation",
+                                               "test")}
+  return script.Family(task, spec, tok,
+                       script.dme.tokenize(tok, spec, exs["train"]),
+                       script.dme.tokenize(tok, spec, exs["validation"]),
+                       exs, pre=pre)
+
+
 def test_a_data_bundle_gives_another_machine_the_same_training_data(
     tmp_path, capsys):
   """--export_data writes what the stages read; --data rebuilds the same
@@ -460,16 +477,8 @@ def test_a_data_bundle_gives_another_machine_the_same_training_data(
   out, wd, dest = (str(tmp_path / d) for d in ("out", "work", "bundle"))
   fams = {}
   for task, family in (("t5_codegen", "t5"), ("gemma_completion", "gemma")):
-    path = os.path.join(out, task, dm.TOKENIZER)
-    os.makedirs(os.path.dirname(path))
-    tok = train_tokenizer(family, path=path)
-    spec = dm.TASKS[task]
-    exs = {s: corpus.examples[task][s] for s in ("train", "validation",
-                                                 "test")}
-    fam = script.Family(task, spec, tok,
-                        script.dme.tokenize(tok, spec, exs["train"]),
-                        script.dme.tokenize(tok, spec, exs["validation"]),
-                        exs, pre=pre)
+    fam = _corpus_family(script, corpus, pre, out, task, family)
+    exs = fam.examples
     exs["extra"] = script.extra_examples(fam, corpus, smoke=False)
     if script.plan.more_inputs(task):
       exs["more"] = script.extra_examples(fam, corpus, False, "more")
@@ -666,23 +675,13 @@ def test_an_old_bundle_gets_the_more_split_from_this_machines_corpus(
   --data with what to do; --data OLD --export_data NEW copies its data as
   they are and adds 'more' inputs from the corpus, none of them used."""
   import argparse
-  from specdec_jax.eval import default_models as dm
   from specdec_jax.eval import pretraining
-  from tests.eval.test_harness import train_tokenizer
   corpus, pre = _tiny_pretraining(tmp_path)
   script = _script()
   task = "t5_codegen"
   out, wd, old = (str(tmp_path / d) for d in ("out", "work", "old"))
-  path = os.path.join(out, task, dm.TOKENIZER)
-  os.makedirs(os.path.dirname(path))
-  tok = train_tokenizer("t5", path=path)
-  spec = dm.TASKS[task]
-  exs = {s: corpus.examples[task][s] for s in ("train", "validation",
-                                               "test")}
-  fam = script.Family(task, spec, tok,
-                      script.dme.tokenize(tok, spec, exs["train"]),
-                      script.dme.tokenize(tok, spec, exs["validation"]),
-                      exs, pre=pre)
+  fam = _corpus_family(script, corpus, pre, out, task, "t5")
+  exs = fam.examples
   monkeypatch.setattr(script.plan, "EXTRA_INPUTS", 2)
   exs["extra"] = script.extra_examples(fam, corpus, smoke=False)
   args = argparse.Namespace(workdir=wd, out=out, export_data=old, data="",
@@ -719,3 +718,37 @@ def test_an_old_bundle_gets_the_more_split_from_this_machines_corpus(
   assert info["tasks"][task]["added"]["more"]["examples"] == 2
   assert info["tasks"][task]["examples"]["more"] == 2
   assert info["corpus_hash"] == corpus.corpus_hash
+
+
+def test_families_from_the_corpus_get_extra_and_more_inputs_in_one_order(
+    tmp_path, monkeypatch):
+  """families_from_corpus parses the pretraining files' examples once and
+  cuts 'extra' and then 'more' from one fixed order, as extra_examples does
+  split by split."""
+  import argparse
+  from tests.eval.test_harness import train_tokenizer
+  corpus, pre = _tiny_pretraining(tmp_path)
+  script = _script()
+  monkeypatch.setattr(script.plan, "EXTRA_INPUTS", 2)
+  monkeypatch.setitem(script.plan.MORE_INPUTS, "t5_codegen", 2)
+  monkeypatch.setattr(script, "build_tokenizer",
+                      lambda *a: train_tokenizer("t5"))
+  monkeypatch.setattr(script.pretrain_lib, "build", lambda *a: pre)
+  calls = []
+  real = script.pretrain_lib.task_examples
+  monkeypatch.setattr(script.pretrain_lib, "task_examples",
+                      lambda *a: calls.append(1) or real(*a))
+  args = argparse.Namespace(out=str(tmp_path / "out"), force=False,
+                            smoke=False, site_packages="", pretrain_bytes=0)
+  fam = script.families_from_corpus(args, ["t5_codegen"], corpus)[
+      "t5_codegen"]
+  assert len(calls) == 1
+  exs = fam.examples
+  assert len(exs["extra"]) == 2 and len(exs["more"]) == 2
+  assert exs["extra"] == script.extra_examples(fam, corpus, False)
+  assert exs["more"] == script.extra_examples(fam, corpus, False, "more")
+  monkeypatch.setattr(script.plan, "EXTRA_INPUTS", 4)
+  assert script.extra_examples(fam, corpus, False) == exs["extra"] + \
+      exs["more"]
+  with pytest.raises(ValueError, match="split must be 'extra' or 'more'"):
+    script.extra_examples(fam, corpus, False, "test")
