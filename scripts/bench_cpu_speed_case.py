@@ -1,5 +1,7 @@
 """Where speculative decoding pays off on a CPU: the verifier's block cost.
 
+Usage: python scripts/bench_cpu_speed_case.py --speedup auto --out benchmarks/results/cpu_speed_case
+
 Speculative decoding wins when verifying gamma + 1 tokens in one call costs
 about as much as decoding one: the block step is memory-bound (weights read
 once, reused for every token of the block) rather than compute-bound. This

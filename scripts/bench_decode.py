@@ -1,5 +1,7 @@
 """Benchmark: speculative decoding vs target-only, against the theory.
 
+Usage: python scripts/bench_decode.py --pair=default-t5 --out=benchmarks/results/bench_decode_default_t5
+
 For gamma in {1, 3, 5, 8}, temperature {0, 1} and batch {1, 8} this measures
 tokens/s of target-only decoding, SpecDecode and a speculative cascade
 (TokenV3), the acceptance statistics, the drafter/verifier cost ratio c

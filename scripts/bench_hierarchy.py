@@ -1,6 +1,8 @@
 """Benchmark: hierarchical speculative decoding against target-only, every
 single drafter, and the latency model's prediction.
 
+Usage: python scripts/bench_hierarchy.py --stacks=default-t5 --out=/tmp/bench_hierarchy
+
 Stacks (--stacks):
 
   default-gemma, default-t5   the built-in family: ``default_models.load(name)

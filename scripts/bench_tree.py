@@ -1,5 +1,7 @@
 """Benchmark: token trees vs chains, and the planner vs hand-picked trees.
 
+Usage: python scripts/bench_tree.py --pairs=default-t5 --out=/tmp/bench_tree
+
 On each pair (the default pairs and the larger random pair of
 ``bench_decode.py``), at every temperature and batch size, this decodes with
 

@@ -1,5 +1,7 @@
 """Benchmark: tree drafting fed one level per call vs the block prefix.
 
+Usage: python scripts/bench_tree_feeds.py --pairs random-gemma --out /tmp/bench_tree_feeds
+
 A drafter with ``masks_cached_slots = True`` (the built-in T5 and Gemma) is
 fed each tree level once; ``tree_drafting.PrefixFed(drafter)`` hides that
 form, so the same drafter is fed the whole block prefix of depth <= k at

@@ -1,5 +1,7 @@
 """Peer benchmark: specdec_jax vs HF transformers on the same CPU and weights.
 
+Usage: python scripts/bench_vs_hf.py --out benchmarks/results/bench_vs_hf  (needs the [hf] extra)
+
 For each default pair the drafter and verifier are exported to HF format
 (``checkpoints.save(..., format='hf')``) and loaded with transformers (torch,
 float32, eval mode, ``torch.set_num_threads(<cores>)``). On the same

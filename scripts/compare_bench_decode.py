@@ -1,5 +1,7 @@
 """Compares two ``bench_decode.py`` runs (e.g. before / after a change).
 
+Usage: python scripts/compare_bench_decode.py --before BEFORE.json --after AFTER.json
+
 For every (batch, temperature, gamma, method) row present in both runs it
 prints the speedup over target-only (each run's own median of back-to-back
 ratios), the tokens per verifier call, the target-only tokens/s, and the

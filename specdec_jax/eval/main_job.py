@@ -185,7 +185,7 @@ def run_main_job(out_dir: str, pairs: Sequence[str] | None = None,
     split: dataset split.
     dtype: parameter dtype of the models.
     assets: default-models directory (default: the one in the package;
-      ``scripts/train_default_models.py --out`` writes one).
+      ``python -m tools.default_models.build --out`` writes one).
     repeats: time every call this many times, keep the fastest.
     progress: tqdm progress bars.
     load_pair: ``(name, dtype) -> pair`` (default: default_models.load).

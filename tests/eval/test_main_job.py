@@ -214,7 +214,7 @@ def test_command_line_maps_flags(monkeypatch, tmp_path):
     main_job.main(["--out_dir", str(tmp_path), "--hsd_buffers", "3;6"])
 
 
-# Another default-models directory (e.g. a `train_default_models.py --smoke`
+# Another default-models directory (e.g. a `tools/default_models/build.py --smoke`
 # build) for the end-to-end test; default: the package's assets.
 ASSETS = os.environ.get("SPECDEC_TEST_DEFAULT_MODELS")
 

@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from specdec_jax import train as train_lib
+from tools.default_models import train as train_lib
 
 
 @dataclasses.dataclass(frozen=True)

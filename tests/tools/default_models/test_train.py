@@ -8,7 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec_jax import models, train
+from specdec_jax import models
+from tools.default_models import train
 
 EOS = 1
 

@@ -1,4 +1,4 @@
-"""The training script's resumable teacher passes (scripts/train_default_models.py)."""
+"""The training script's resumable teacher passes (tools/default_models/build.py)."""
 
 import dataclasses
 import json
@@ -7,12 +7,12 @@ import os
 import numpy as np
 import pytest
 
-from tests import load_script
+from tests.tools.default_models import load_tool
 
 
 
 def _script():
-  return load_script("train_default_models")
+  return load_tool("build")
 
 
 def test_a_saved_teacher_pass_is_reused_and_a_partial_one_is_not(tmp_path,
@@ -39,7 +39,7 @@ def _tiny_family(script, n: int = 6):
   import dataclasses
   import jax
   from specdec_jax import models
-  from specdec_jax.eval import default_models as dm
+  from specdec_jax.families import loader as dm
   from tests.eval.test_harness import stand_in_examples, train_tokenizer
   tok = train_tokenizer("t5")
   model = models.model_from_config(dataclasses.replace(
@@ -62,9 +62,9 @@ def test_output_pass_is_the_models_greedy_rollout_and_is_reused(
   ids, stats count the rows, and a second call reads the saved pass instead
   of decoding."""
   from specdec_jax import decoding
-  from specdec_jax.eval import default_models as dm
-  from specdec_jax.eval import default_models_eval as dme
-  from specdec_jax.eval import distill as distill_lib
+  from specdec_jax.families import loader as dm
+  from tools.default_models import family_eval as dme
+  from tools.default_models import distill as distill_lib
   script = _script()
   fam, model, params = _tiny_family(script)
   wd = str(tmp_path / "small")
@@ -114,9 +114,9 @@ def test_output_pass_is_the_models_greedy_rollout_and_is_reused(
 def _tiny_pretraining(tmp_path):
   """(corpus, pretraining corpus): one stdlib-like module and 6 pip-like
   packages of one documented function each."""
-  from specdec_jax.eval import corpus as corpus_lib
-  from specdec_jax.eval import pretraining
-  from tests.eval.test_corpus import MOD, write
+  from specdec_jax.families import corpus as corpus_lib
+  from tools.default_models import pretraining
+  from tests.families.test_corpus import MOD, write
   root = str(tmp_path / "lib")
   write(root, "pkg/shapes.py", MOD)
   site = str(tmp_path / "site")
@@ -130,7 +130,7 @@ def _tiny_pretraining(tmp_path):
 
 def test_extra_examples_leave_out_used_inputs_and_are_a_fixed_subset(
     tmp_path, monkeypatch):
-  from specdec_jax.eval import pretraining
+  from tools.default_models import pretraining
   corpus, pre = _tiny_pretraining(tmp_path)
   script = _script()
   task = "gemma_completion"
@@ -154,9 +154,9 @@ def test_t5_pretraining_mixes_prefix_lm_pairs_only_into_the_drafters(
   the sizes in plan.PREFIX_LM_LEVELS (the drafters) get as many prefix-LM
   pairs on top (96 ids -> the next 24 of the token stream), the large one
   none (it then reads its task inputs, see the plan)."""
-  from specdec_jax.eval import default_models as dm
-  from specdec_jax.eval import default_models_eval as dme
-  from specdec_jax.eval import pretraining
+  from specdec_jax.families import loader as dm
+  from tools.default_models import family_eval as dme
+  from tools.default_models import pretraining
   from tests.eval.test_harness import train_tokenizer
   corpus, pre = _tiny_pretraining(tmp_path)
   script = _script()
@@ -194,9 +194,9 @@ def test_t5_codegen_pretrains_every_size_on_code_pairs_and_long_prefix_lm(
   """'t5_codegen': every size pretrains on the pretraining files' completion
   examples (signature + docstring -> body lines) plus as many prefix-LM
   pairs of 64 ids -> the next 127 (long decoder targets: code LM)."""
-  from specdec_jax.eval import default_models as dm
-  from specdec_jax.eval import default_models_eval as dme
-  from specdec_jax.eval import pretraining
+  from specdec_jax.families import loader as dm
+  from tools.default_models import family_eval as dme
+  from tools.default_models import pretraining
   from tests.eval.test_harness import train_tokenizer
   corpus, pre = _tiny_pretraining(tmp_path)
   script = _script()
@@ -238,8 +238,8 @@ def test_evaluate_family_on_a_tiny_three_size_family():
   ``generate`` measures them."""
   import dataclasses
   from specdec_jax import decoding, models
-  from specdec_jax.eval import default_models as dm
-  from specdec_jax.eval import default_models_eval as dme
+  from specdec_jax.families import loader as dm
+  from tools.default_models import family_eval as dme
   from tests.decoding.pairs import _noisy  # pylint: disable=protected-access
   script = _script()
   fam, large, lp = _tiny_family(script)
@@ -448,7 +448,7 @@ def test_report_table_shows_alpha_and_accepted_over_drafted():
 def _corpus_family(script, corpus, pre, out: str, task: str, family: str):
   """A Family of ``task`` over the tiny corpus (train / validation / test
   splits; a tokenizer trained into ``out``), without extra inputs yet."""
-  from specdec_jax.eval import default_models as dm
+  from specdec_jax.families import loader as dm
   from tests.eval.test_harness import train_tokenizer
   path = os.path.join(out, task, dm.TOKENIZER)
   os.makedirs(os.path.dirname(path))
@@ -470,7 +470,7 @@ def test_a_data_bundle_gives_another_machine_the_same_training_data(
   record. Wrong use gets a clear error."""
   import argparse
   import pytest
-  from specdec_jax.eval import default_models as dm
+  from specdec_jax.families import loader as dm
   from tests.eval.test_harness import train_tokenizer
   corpus, pre = _tiny_pretraining(tmp_path)
   script = _script()
@@ -535,12 +535,12 @@ def test_large_distill_trains_the_finetuned_large_into_the_verifier(
   shipped verifier, and a finished stage is not trained again."""
   import types
   from specdec_jax.checkpoints import native
-  from specdec_jax.eval import default_models as dm
-  from specdec_jax.eval import default_models_eval as dme
-  from specdec_jax.eval import distill as distill_lib
+  from specdec_jax.families import loader as dm
+  from tools.default_models import family_eval as dme
+  from tools.default_models import distill as distill_lib
   from tests.eval.test_harness import stand_in_examples
   script = _script()
-  plan = load_script("default_models_plan")
+  plan = load_tool("plan")
   assert script.self_distills("t5_codegen")
   assert not script.self_distills("gemma_completion")
   fam, model, params = _tiny_family(script, n=8)
@@ -598,9 +598,9 @@ def test_the_teacher_writes_a_more_split_that_only_the_listed_levels_learn(
   train on them and the others do not, and a level without an
   '<level>_onpolicy' stage has no on-policy round."""
   import types
-  from specdec_jax.eval import default_models as dm
-  from specdec_jax.eval import default_models_eval as dme
-  from specdec_jax.eval import distill as distill_lib
+  from specdec_jax.families import loader as dm
+  from tools.default_models import family_eval as dme
+  from tools.default_models import distill as distill_lib
   from tests.eval.test_harness import stand_in_examples
   script = _script()
   plan = script.plan
@@ -675,7 +675,7 @@ def test_an_old_bundle_gets_the_more_split_from_this_machines_corpus(
   --data with what to do; --data OLD --export_data NEW copies its data as
   they are and adds 'more' inputs from the corpus, none of them used."""
   import argparse
-  from specdec_jax.eval import pretraining
+  from tools.default_models import pretraining
   corpus, pre = _tiny_pretraining(tmp_path)
   script = _script()
   task = "t5_codegen"

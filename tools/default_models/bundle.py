@@ -1,8 +1,8 @@
 """A default-model build's training data, portable to another machine.
 
 The build reads its data from this machine's CPython standard library and
-pip packages (``eval/corpus.py``, ``eval/pretraining.py``); another machine
-(a lent accelerator, a TPU VM) has other files. ``train_default_models.py
+pip packages (``specdec_jax/families/corpus.py``, ``pretraining.py``); another machine
+(a lent accelerator, a TPU VM) has other files. ``build.py
 --export_data DIR`` writes everything the training stages read into DIR, and
 ``--data DIR`` runs the stages from it anywhere:
 
@@ -129,7 +129,7 @@ def read_info(src: str) -> dict:
   path = os.path.join(src, BUNDLE_JSON)
   if not os.path.isfile(path):
     raise ValueError(f"{src!r} is not a data bundle ({BUNDLE_JSON} is "
-                     f"missing); write one with train_default_models.py "
+                     f"missing); write one with build.py "
                      f"--export_data {src}")
   with open(path) as f:
     info = json.load(f)

@@ -6,15 +6,15 @@ the real inputs, (b) the inputs of other examples (a fixed permutation) and
 with (b) than (a); a model that only learned the targets' language (an
 unconditional docstring LM) loses little.
 
-    PYTHONPATH=. python scripts/input_dependence.py --assets DIR --limit 256
+    python -m tools.default_models.input_dependence --assets DIR --limit 256
 """
 
 import argparse
 
 import numpy as np
 
-from specdec_jax.eval import default_models as dm
-from specdec_jax.eval import default_models_eval as dme
+from specdec_jax.families import loader as dm
+from tools.default_models import family_eval as dme
 
 
 def measure_model(model, params, tok, spec, exs, seed: int = 0) -> dict:

@@ -1,4 +1,4 @@
-"""scripts/stage_lock.py: one process per build stage, stale locks taken
+"""tools/default_models/stage_lock.py: one process per build stage, stale locks taken
 over (dead pid, another boot)."""
 
 import json
@@ -10,10 +10,8 @@ import time
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
-    os.path.dirname(os.path.abspath(__file__)))), "scripts"))
-import stage_lock as sl  # noqa: E402  pylint: disable=wrong-import-position
-from tests import load_script  # noqa: E402  pylint: disable=wrong-import-position
+from tests.tools.default_models import load_tool
+from tools.default_models import stage_lock as sl
 
 
 def _write(path, pid, boot):
@@ -71,7 +69,7 @@ def test_stale_locks_do_not_block(tmp_path):
 
 def test_a_stage_without_its_inputs_names_the_missing_stage(tmp_path):
   import types
-  script = load_script("train_default_models")
+  script = load_tool("build")
   fam = types.SimpleNamespace(task="t5_docstring")
   args = types.SimpleNamespace(workdir=str(tmp_path), force=False)
   script.mark_done(str(tmp_path / "t5_docstring" / "small_pretrain"), {})
@@ -87,7 +85,7 @@ def test_a_self_distilling_tasks_stages_wait_for_each_other(tmp_path):
   """t5_codegen: large -> self_teacher -> large_distill -> teacher (of the
   shipped, distilled large) -> students; each names what it misses."""
   import types
-  script = load_script("train_default_models")
+  script = load_tool("build")
   fam = types.SimpleNamespace(task="t5_codegen")
   args = types.SimpleNamespace(workdir=str(tmp_path), force=False,
                                smoke=True, smoke_steps=2)

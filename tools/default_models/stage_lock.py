@@ -1,6 +1,6 @@
 """One process per build stage: a lock file that other processes wait on.
 
-``train_default_models.py`` runs every stage under ``stage_lock``, so the
+``build.py`` runs every stage under ``stage_lock``, so the
 build can be started as several processes that share stages (e.g. both
 families' whole chains plus a process that runs the small models'
 pretraining early): a process that reaches a stage another live process is

@@ -1,4 +1,4 @@
-"""Committed build snapshots (scripts/default_models_snapshot.py): what is
+"""Committed build snapshots (tools/default_models/snapshot.py): what is
 kept, exact bfloat16 round trips, and a build resumed from a snapshot."""
 
 import json
@@ -9,17 +9,17 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from specdec_jax import train
-from tests.test_train import resume_case
-from tests import load_script
+from tests.tools.default_models import load_tool
+from tests.tools.default_models.test_train import resume_case
+from tools.default_models import train
 
 
 
 def _load(name):
-  return load_script(name)
+  return load_tool(name)
 
 
-snap = _load("default_models_snapshot")
+snap = _load("snapshot")
 
 
 def _write(path, text="x"):
@@ -149,7 +149,7 @@ def test_bf16_rounded_values_round_trip_exactly(tmp_path):
   with np.load(str(tmp_path / "b.npz")) as f:
     np.testing.assert_array_equal(f["leaf_00000"], rounded)
   # The build rounds every stage result the same way.
-  script = _load("train_default_models")
+  script = _load("build")
   got = script.to_bf16({"w": x})["w"]
   np.testing.assert_array_equal(got, rounded)
   assert got.dtype == np.float32

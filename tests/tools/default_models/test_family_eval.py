@@ -1,6 +1,6 @@
 """The shipped default families (small / medium / large) behave like real ones.
 
-The numbers ``scripts/train_default_models.py`` recorded in ``metadata.json``
+The numbers ``tools/default_models/build.py`` recorded in ``metadata.json``
 are checked against a re-evaluation: the fixed test slice is decoded again
 here and must give the recorded numbers; the quality ordering (large >
 medium > small), the repetition rates, the FLOPs ratio and the acceptance
@@ -19,8 +19,8 @@ import os
 import pytest
 
 from specdec_jax.decoding.hierarchy import latency
-from specdec_jax.eval import default_models as dm
-from specdec_jax.eval import default_models_eval as dme
+from specdec_jax.families import loader as dm
+from tools.default_models import family_eval as dme
 
 ASSETS = os.environ.get("SPECDEC_TEST_DEFAULT_MODELS", dm.ASSETS)
 
@@ -33,7 +33,7 @@ def _built() -> bool:
 
 pytestmark = pytest.mark.skipif(
     not _built(), reason="the three-size default families are not built: "
-    "run scripts/train_default_models.py (docs/default_models.md)")
+    "run python -m tools.default_models.build (docs/default_models.md)")
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,6 +1,6 @@
 """Pretraining text for the default models: more code and prose than the task.
 
-The tasks' training split (:mod:`specdec_jax.eval.corpus`) has ~5,500
+The tasks' training split (:mod:`specdec_jax.families.corpus`) has ~5,500
 examples: too few for a model that should beat a smaller one. The default
 models are therefore pretrained on plain text first, from two sources every
 Python installation has:
@@ -34,7 +34,7 @@ import hashlib
 import os
 import sysconfig
 
-from specdec_jax.eval import corpus as corpus_lib
+from specdec_jax.families import corpus as corpus_lib
 
 PRETRAIN_SEED = 0
 SITE_EXTENSIONS = (".py", ".md", ".rst", ".txt")

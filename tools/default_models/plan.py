@@ -1,6 +1,6 @@
 """The default families' sizes, training schedules, costs and report.
 
-Used by ``train_default_models.py``; every number here is part of what the
+Used by ``build.py``; every number here is part of what the
 shipped ``metadata.json`` records (``plan``), so a rerun reproduces it.
 Step counts were sized from measured step times on the 2-core build machine
 (docs/default_models.md). The first three-size build (2026-11-25, ~7 hours)
@@ -21,9 +21,9 @@ import time
 import jax
 import jax.numpy as jnp
 
-from specdec_jax import train as train_lib
 from specdec_jax.models import GemmaConfig, T5Config
 from specdec_jax.models.gemma import GLOBAL, LOCAL
+from tools.default_models import train as train_lib
 
 DATA_SEED = 0
 PROMPT_WEIGHT = 0.5  # Gemma: loss weight of prompt tokens (targets: 1)
@@ -67,7 +67,7 @@ MORE_ROWS_LEVELS = {"t5_codegen": ("medium",)}
 SLICE_EXAMPLES = 64
 SMOKE_EXAMPLES = 40
 SMOKE_PRETRAIN_BYTES = 2**20
-# Pretraining text per family (eval/pretraining.py selection budget). The
+# Pretraining text per family (pretraining.py selection budget). The
 # T5 family pretrains on the text's docstring examples plus prefix-LM pairs:
 # 32 MiB gave 12,282 docstring examples, which the large model saw ~3 times
 # in 2,400 steps, and it ended data-limited (its task validation loss

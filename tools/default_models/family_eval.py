@@ -1,13 +1,13 @@
 """Measuring a default family: held-out loss, greedy quality, repetition,
 acceptance of the smaller sizes against the larger ones.
 
-Used by ``scripts/train_default_models.py`` (full test split, written into
+Used by ``tools/default_models/build.py`` (full test split, written into
 ``metadata.json``) and by the tests (a fixed slice, compared exactly with the
 numbers the training run recorded for it):
 
-    pair = default_models.load("t5_codegen")
-    exs = default_models.examples("t5_codegen", "test", limit=16)
-    report = default_models_eval.evaluate_family(pair, exs)
+    pair = dm.load("t5_codegen")
+    exs = dm.examples("t5_codegen", "test", limit=16)
+    report = family_eval.evaluate_family(pair, exs)
     report["levels"]["large"]["rouge2"], report["acceptance"]["small>large"]
 
 Every number is deterministic for fixed assets, examples and machine:
@@ -22,9 +22,9 @@ from typing import Sequence
 
 import numpy as np
 
-from specdec_jax import train as train_lib
-from specdec_jax.eval import default_models as dm
 from specdec_jax.eval import metrics as metrics_lib
+from specdec_jax.families import loader as dm
+from tools.default_models import train as train_lib
 
 T5_INPUT_BUCKETS = (64, 128, 192, 256, 320)
 # 128: the T5 prefix-LM pretraining pairs (task targets are <= 64).

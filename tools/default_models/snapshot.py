@@ -1,17 +1,18 @@
-"""Commits a default-model build's progress into the repository, and back.
+"""Saves a default-model build's progress to a small directory, and back.
 
-The build (``train_default_models.py``) runs for longer than one session on
+The build (``build.py``) runs for longer than one session on
 2 cores, and a session's machine (with ``--workdir`` / ``--out``) may not be
 the next one's. ``save`` copies what a restarted build needs into a small
-directory meant to be committed; ``restore`` writes it back into a fresh
+directory (kept outside the repository: build state is
+not committed, tests/test_repo_size.py); ``restore`` writes it back into a fresh
 workdir / out, and the build then resumes where the snapshot was taken:
 
-  PYTHONPATH=. python scripts/default_models_snapshot.py save \\
+  python -m tools.default_models.snapshot save \\
       --workdir /work/dm_work --out /work/dm_out \\
-      --dest benchmarks/build_state/default_models
-  PYTHONPATH=. python scripts/default_models_snapshot.py restore \\
+      --dest /work/dm_snapshot
+  python -m tools.default_models.snapshot restore \\
       --workdir /work/dm_work --out /work/dm_out \\
-      --dest benchmarks/build_state/default_models
+      --dest /work/dm_snapshot
 
 What is kept (everything else is recomputed by the build, deterministically):
 
@@ -42,7 +43,7 @@ top-k rows (``*.npz`` of ``distill.save_rows``; recomputed from the kept
 passes), lock files, the XLA cache.
 
 Stage results are bfloat16-rounded by the build itself
-(``train_default_models.to_bf16``), so a finished stage restores exactly. A
+(``build.to_bf16``), so a finished stage restores exactly. A
 stage in progress is stored with its float32 parameters and AdamW moments
 rounded to bfloat16 (half the bytes; the integer step counters exactly): it
 resumes at the same step and data position, from state that differs from
@@ -270,7 +271,8 @@ def main():
   ap.add_argument("action", choices=("save", "restore"))
   ap.add_argument("--workdir", required=True)
   ap.add_argument("--out", required=True)
-  ap.add_argument("--dest", default="benchmarks/build_state/default_models")
+  ap.add_argument("--dest", required=True,
+                  help="snapshot directory (outside the repository)")
   ap.add_argument("--min_running_minutes", type=float, default=20.0,
                   help="save: keep a stage in progress only once it has "
                   "trained this long (shorter ones are redone)")

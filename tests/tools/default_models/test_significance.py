@@ -1,13 +1,13 @@
-"""The paired bootstrap of scripts/family_significance.py."""
+"""The paired bootstrap of tools/default_models/significance.py."""
 
 import pytest
 
-from specdec_jax.eval import default_models
-from tests.eval import load_script
+from specdec_jax.families import loader as default_models
+from tests.tools.default_models import load_tool
 
 
 def _script():
-  return load_script("family_significance")
+  return load_tool("significance")
 
 
 TARGETS = [f"return the sum of the {w} values in order" for w in

@@ -4,9 +4,9 @@ import os
 
 import pytest
 
-from specdec_jax.eval import corpus
-from specdec_jax.eval import pretraining
-from tests.eval.test_corpus import MOD, stdlib, write  # pylint: disable=unused-import
+from specdec_jax.families import corpus
+from tests.families.test_corpus import MOD, stdlib, write  # pylint: disable=unused-import
+from tools.default_models import pretraining
 
 DOC = "Some documentation text.\n" * 20  # 500 bytes: above MIN_FILE_BYTES
 
@@ -85,7 +85,7 @@ def scale(values, factor):
 
 def test_task_examples_of_the_pretraining_files(stdlib, site):
   """Both tasks' examples of the pretraining files' functions (the extra
-  distillation inputs of scripts/train_default_models.py), minus excluded
+  distillation inputs of tools/default_models/build.py), minus excluded
   inputs."""
   write(site, "pkg_b/util.py", SCALE + "# padding\n" * 60)
   c = corpus.build(stdlib)

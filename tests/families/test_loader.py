@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from specdec_jax import decoding
-from specdec_jax.eval import corpus as corpus_lib
-from specdec_jax.eval import default_models as dm
+from specdec_jax.families import corpus as corpus_lib
+from specdec_jax.families import loader as dm
 
 BUILT = all(
     os.path.isfile(os.path.join(dm.ASSETS, name, role, "params.safetensors"))
@@ -17,7 +17,7 @@ BUILT = all(
     os.path.isfile(os.path.join(dm.ASSETS, dm.METADATA))
 needs_assets = pytest.mark.skipif(
     not BUILT, reason="default model assets are not built yet: run "
-    "scripts/train_default_models.py (docs/default_models.md)")
+    "python -m tools.default_models.build (docs/default_models.md)")
 
 
 @functools.lru_cache(maxsize=None)
@@ -40,9 +40,9 @@ def test_unknown_names_and_options_are_rejected():
 
 def test_missing_assets_say_how_to_build_them(tmp_path):
   with pytest.raises(ValueError, match=r"not built .*"
-                     r"scripts/train_default_models\.py"):
+                     r"tools/default_models/build\.py"):
     dm.load("gemma_completion", assets=str(tmp_path))
-  with pytest.raises(ValueError, match="train_default_models.py"):
+  with pytest.raises(ValueError, match="default_models/build.py"):
     dm.metadata(str(tmp_path))
 
 

@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from specdec_jax.eval import corpus
+from specdec_jax.families import corpus
 
 MOD = textwrap.dedent('''\
     """Module docstring."""

@@ -9,7 +9,7 @@ bootstrap interval and, for each pair of sizes, the fraction of resamples in
 which the larger model scores higher: near 1.0 the ordering is real, near
 0.5 the two are indistinguishable on this split.
 
-    PYTHONPATH=. python scripts/family_significance.py \\
+    python -m tools.default_models.significance \\
         --assets /work/dm_out --resamples 1000 \\
         --out benchmarks/results/default_models_significance
 
@@ -28,9 +28,9 @@ import time
 import numpy as np
 
 from specdec_jax import decoding
-from specdec_jax.eval import default_models as dm
-from specdec_jax.eval import default_models_eval as dme
 from specdec_jax.eval import metrics as metrics_lib
+from specdec_jax.families import loader as dm
+from tools.default_models import family_eval as dme
 
 ORDER = (("large", "medium"), ("large", "small"), ("medium", "small"))
 
@@ -170,8 +170,8 @@ def main(argv=None) -> None:
                                args.limit,
                                args.predictions.replace("{pair}", n))
                         for n in names})
-  command = "PYTHONPATH=. python " + " ".join(
-      [os.path.relpath(__file__)] + (argv or sys.argv[1:]))
+  command = "python -m tools.default_models.significance " + " ".join(
+      argv or sys.argv[1:])
   results["command"] = command
   os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
   with open(args.out + ".json", "w") as f:

@@ -4,16 +4,16 @@ Reproduces ``specdec_jax/assets/default_models`` from this machine's CPython
 standard library and installed pip packages with fixed seeds
 (docs/default_models.md):
 
-  PYTHONPATH=. python scripts/train_default_models.py \\
+  python -m tools.default_models.build \\
       --workdir /work/dm_work --out /work/dm_out      # hours on 2 cores
-  PYTHONPATH=. python scripts/train_default_models.py --smoke \\
+  python -m tools.default_models.build --smoke \\
       --out /tmp/dm --workdir /tmp/dm_work            # the pipeline, minutes
 
 Stages, per family (each one resumable and skipped once done; training
 state is checkpointed to ``--workdir/<task>/<stage>`` at every evaluation):
 
   tokenizer        SentencePiece on the task's training split
-  large_pretrain   the large model on plain text (``eval/pretraining.py``:
+  large_pretrain   the large model on plain text (``pretraining.py``:
                    training-split stdlib files + pip packages' text; T5: the
                    text's docstring examples, see ``pretrain_data``)
   large            ... fine-tuned on the task -> ``<out>/<task>/verifier``
@@ -47,7 +47,7 @@ they can be checked), then teachers and drafters, then the evaluation;
 
 The training data come from this machine's corpus; ``--export_data DIR``
 writes them into a portable bundle and ``--data DIR`` runs the training
-stages from it on another machine (``default_models_bundle.py``; eval and
+stages from it on another machine (``bundle.py``; eval and
 metadata stay where the corpus is). ``--data OLD --export_data NEW`` writes
 OLD plus the example splits the plan now wants and OLD lacks ('more', see
 ``plan.MORE_INPUTS``), drawn from this machine's corpus.
@@ -77,19 +77,20 @@ import numpy as np
 
 from specdec_jax import decoding
 from specdec_jax import tokenizer as tokenizer_lib
-from specdec_jax import train as train_lib
 from specdec_jax.checkpoints import native
-from specdec_jax.eval import corpus as corpus_lib
-from specdec_jax.eval import default_models as dm
-from specdec_jax.eval import default_models_eval as dme
-from specdec_jax.eval import distill as distill_lib
-from specdec_jax.eval import pretraining as pretrain_lib
+from specdec_jax.families import corpus as corpus_lib
+from specdec_jax.families import loader as dm
 from specdec_jax.models import model_from_config
+from tools.default_models import bundle as bundle_lib
+from tools.default_models import distill as distill_lib
+from tools.default_models import family_eval as dme
+from tools.default_models import plan
+from tools.default_models import pretraining as pretrain_lib
+from tools.default_models import train as train_lib
+from tools.default_models.stage_lock import stage_lock
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import default_models_bundle as bundle_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-import default_models_plan as plan  # pylint: disable=g-import-not-at-top,wrong-import-position
-from stage_lock import stage_lock  # pylint: disable=g-import-not-at-top,wrong-import-position
+# How the recorded commands start (run from the repository root).
+COMMAND = "python -m tools.default_models.build "
 
 STAGES = ("large_pretrain", "large", "self_teacher", "large_distill",
           "teacher", "medium_pretrain", "medium", "small_pretrain", "small",
@@ -146,7 +147,7 @@ class Family:
   # {with prefix-LM pairs: items} (pretrain_data's cache) and the batch maker
   pretrain_items: dict = dataclasses.field(default_factory=dict)
   pretrain_make: object | None = None
-  # --data: the bundle's pretraining data (default_models_bundle.load_task)
+  # --data: the bundle's pretraining data (bundle.load_task)
   # and the record of the text it came from (else None: read the corpus)
   bundle: dict | None = None
   pre_record: dict | None = None
@@ -520,7 +521,7 @@ def to_bf16(params):
 
   Every stage starts from its input stage's parameters rounded like this
   (the shipped checkpoints are bfloat16 too), so a build restored from a
-  committed snapshot (``scripts/default_models_snapshot.py``, which stores
+  committed snapshot (``snapshot.py``, which stores
   bfloat16) continues exactly as an uninterrupted one.
   """
   return jax.tree.map(
@@ -637,7 +638,7 @@ def extend_bundle(args, tasks) -> None:
       added["more"] = dict(examples=len(fam.examples["more"]),
                            pretraining_files_hash=fam.pre.files_hash,
                            corpus_hash=corpus.corpus_hash, added_on=ran_on(),
-                           command="PYTHONPATH=. python " + " ".join(sys.argv))
+                           command=COMMAND + " ".join(sys.argv[1:]))
     bundle_lib.export(args.export_data, task,
                       os.path.join(args.data, task, bundle_lib.TOKENIZER),
                       fam.examples, fam.bundle, fam.pre_record)
@@ -930,7 +931,7 @@ def write_metadata(args, corpus, families: dict, reports: dict) -> None:
       description="Built-in default model families (small / medium / large) "
                   "trained on the CPython standard library and pip packages' "
                   "text; see docs/default_models.md",
-      command="PYTHONPATH=. python " + " ".join(sys.argv),
+      command=COMMAND + " ".join(sys.argv[1:]),
       python=platform.python_version(), jax=jax.__version__,
       machine=f"{platform.machine()} {os.cpu_count()} cpus, "
               f"{jax.default_backend()}",
@@ -1018,7 +1019,7 @@ def export_bundle(args, families: dict, corpus) -> None:
                       fam.pretraining_record(pretrain_bytes(args, task)))
   bundle_lib.set_info(args.export_data, smoke=args.smoke,
                       exported_on=ran_on(), corpus_hash=corpus.corpus_hash,
-                      command="PYTHONPATH=. python " + " ".join(sys.argv))
+                      command=COMMAND + " ".join(sys.argv[1:]))
 
 
 def families_from_bundle(args, tasks, check_more: bool = True) -> dict:
@@ -1103,7 +1104,7 @@ def main():
                   help="write the training data of --pairs (tokenizer, "
                   "examples, tokenized pretraining items) into this directory "
                   "and stop; another machine runs the stages with --data "
-                  "(scripts/default_models_bundle.py); with --data: that "
+                  "(bundle.py); with --data: that "
                   "bundle plus the example splits the plan now wants and it "
                   "lacks, from this machine's corpus")
   ap.add_argument("--data", default="",

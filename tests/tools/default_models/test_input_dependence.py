@@ -1,18 +1,18 @@
-"""scripts/input_dependence.py: the input-shuffling loss diagnostic."""
+"""tools/default_models/input_dependence.py: the input-shuffling loss diagnostic."""
 
 import os
 
 import pytest
 
-from specdec_jax.eval import default_models as dm
-from tests.eval import load_script
+from specdec_jax.families import loader as dm
+from tests.tools.default_models import load_tool
 
 BUILT = os.path.isfile(os.path.join(dm.ASSETS, "t5_codegen", "medium",
                                     "params.safetensors"))
 
 
 def _script():
-  return load_script("input_dependence")
+  return load_tool("input_dependence")
 
 
 @pytest.mark.skipif(not BUILT, reason="the three-size families are not built")

@@ -1,0 +1,1 @@
+"""Tests of specdec_jax.families (the shipped default families)."""

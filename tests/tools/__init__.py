@@ -1,0 +1,1 @@
+"""Tests of tools/ (developer tools outside the installed package)."""

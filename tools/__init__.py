@@ -1,0 +1,1 @@
+"""Developer tools that live outside the installed specdec_jax package."""
