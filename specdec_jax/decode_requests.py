@@ -27,6 +27,7 @@ BOS and the last ``limit - 1`` ids.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import sys
@@ -44,12 +45,23 @@ class Request:
     ids: model input ids (T5: encoder ids; Gemma: the prompt, BOS first),
       already cut to the maximum input length.
     input_tokens: length before any cut.
+    key: the output row's key, from the request's content (:func:`row_key`):
+      a resumed decode matches rows by it, never by position, so deleting or
+      editing a line cannot pair a request with another request's row.
   """
 
   id: str
   line: int
   ids: tuple[int, ...]
   input_tokens: int
+  key: str = ""
+
+  @property
+  def seed_key(self) -> str:
+    """What the request's randomness derives from: its JSON id if it has
+    one, else its content key (never its position, which a deleted line
+    shifts)."""
+    return self.key if self.key.startswith("#") else self.id
 
   @property
   def truncated(self) -> bool:
@@ -240,6 +252,25 @@ def _ids(obj: dict, vocab: Vocab) -> list[int]:
   return ids
 
 
+def row_key(ids: Sequence[int], rid: str | None, occurrence: int = 0
+            ) -> str:
+  """The output row key of a request (content-addressed).
+
+  Args:
+    ids: the request's model input ids before any cut.
+    rid: its JSON id, or None for a request without one.
+    occurrence: for a request without an id, how many earlier requests
+      without an id have the same ids (keeps repeated prompts apart).
+
+  Returns:
+    ``'<id>#<digest>'`` with an id, else ``'#<digest>.<occurrence>'``, where
+    digest is the first 16 hex digits of the SHA-256 of the ids: an edited
+    request gets a new key (it is decoded again), a moved one keeps its key.
+  """
+  digest = hashlib.sha256(json.dumps(list(ids)).encode()).hexdigest()[:16]
+  return f"{rid}#{digest}" if rid is not None else f"#{digest}.{occurrence}"
+
+
 def read_requests(path: str | None, vocab: Vocab
                   ) -> tuple[list[Request], list[RequestError]]:
   """Reads and validates every request of a file (or stdin for None / '-').
@@ -256,7 +287,7 @@ def read_requests(path: str | None, vocab: Vocab
   """
   where, raws = _lines(path)
   jsonl = bool(path) and str(path).endswith(".jsonl")
-  good, errors, seen = [], [], {}
+  good, errors, seen, repeats = [], [], {}, {}
   index = 0
   for n, raw in enumerate(raws, 1):
     if not raw.strip():
@@ -276,11 +307,17 @@ def read_requests(path: str | None, vocab: Vocab
       continue
     cut = fit_input(ids, vocab.max_input_tokens, vocab.encoder_decoder,
                     vocab.bos_id, vocab.eos_id)
-    good.append(Request(rid, n, tuple(cut), len(ids)))
+    if "id" in obj:
+      key = row_key(ids, rid)
+    else:
+      occurrence = repeats.setdefault(tuple(ids), 0)
+      repeats[tuple(ids)] += 1
+      key = row_key(ids, None, occurrence)
+    good.append(Request(rid, n, tuple(cut), len(ids), key))
   if not good and not errors:
     raise ValueError(f"no requests found in {where}")
   return good, errors
 
 
 __all__ = ["Request", "RequestError", "RequestErrors", "Vocab", "fit_input",
-           "parse_tokens", "read_requests"]
+           "parse_tokens", "read_requests", "row_key"]

@@ -19,16 +19,19 @@ Then the models load and the good requests not yet in the output decode in
 batches; each batch's rows are appended the moment it finishes (one
 ``write`` + ``fsync`` per row, the eval harness's ``ResultsFile``). A run
 that is killed loses at most the batch in flight; rerunning the same command
-skips the finished requests (rows are keyed by request id) and cuts off a
+skips the finished requests (rows are keyed by request content, see
+``decode_requests.row_key``: a deleted or edited line never pairs a request
+with another's row; rows of requests no longer in the input are dropped) and
+cuts off a
 torn last line, so the output ends with no lost or duplicated rows. A rerun
 with different settings into the same file is refused: every row carries
 its ``settings`` string. Bad requests are reported at the end (one line
 each, and the command exits with status 2) after the good rows are written.
 
 Each row's randomness depends only on (seed, request id, request), never on
-its batch: its request id is the CRC-32 of its ``id``
-(``eval.harness.request_id``), so a resumed run writes the rows an
-uninterrupted run would have.
+its batch or position: its request id is the CRC-32 of its JSON ``id``, or
+of its content key when it has none (``eval.harness.request_id``), so a
+resumed run writes the rows an uninterrupted run would have.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ import jax
 import numpy as np
 
 from specdec_jax import decode_requests, decoding
+from specdec_jax.decoding import budget
 from specdec_jax import tokenizer as tokenizer_lib
 from specdec_jax.eval import harness
 
@@ -123,18 +127,9 @@ def cache_bytes(model, batch: int, length: int, src_len: int = 1) -> int:
 
 
 def available_memory() -> tuple[int, str]:
-  """(bytes, what) of the default device: an accelerator's memory limit, or
-  the host's physical memory on CPU."""
-  dev = jax.devices()[0]
-  stats = None
-  try:
-    stats = dev.memory_stats()
-  except Exception:  # pylint: disable=broad-except  (not every backend has it)
-    stats = None
-  if stats and stats.get("bytes_limit"):
-    return int(stats["bytes_limit"]), f"{dev.platform.upper()} memory"
-  return (os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"),
-          "host memory")
+  """(bytes, what) this process may still use (``decoding.budget``)."""
+  have, what = budget.available()
+  return (have if have is not None else 2**62), what
 
 
 def check_memory(models_: Sequence[Any], batch: int, width: int,
@@ -156,7 +151,7 @@ def check_memory(models_: Sequence[Any], batch: int, width: int,
   Returns:
     The bytes needed.
   """
-  slots = width + max_new_tokens + gamma + 2
+  slots = budget.capacity(width, max_new_tokens, gamma)
   if slots >= MAX_POSITIONS:
     raise ValueError(f"max_new_tokens={max_new_tokens} is too large: prompt "
                      f"({width}) + max_new_tokens + gamma + 2 = {slots} cache "
@@ -165,13 +160,10 @@ def check_memory(models_: Sequence[Any], batch: int, width: int,
                                                           src_len)
              for m in models_) + sum(cache_bytes(m, batch, slots, src_len)
                                      for m in cache_only)
-  have, what = memory or available_memory()
-  if need > have:
-    raise ValueError(
-        f"max_new_tokens={max_new_tokens} with batch {batch} needs "
-        f"{need / 2**30:.1f} GiB for the parameters and KV caches ({slots} "
-        f"cache slots per row) but the {what} is {have / 2**30:.1f} GiB; "
-        f"lower MAX_NEW_TOKENS or BATCH_SIZE")
+  budget.check(need, f"max_new_tokens={max_new_tokens} with batch {batch}",
+               f"the parameters and KV caches ({slots} cache slots per row)",
+               "lower MAX_NEW_TOKENS or BATCH_SIZE",
+               memory or available_memory())
   return need
 
 
@@ -187,6 +179,8 @@ class DecodeReport:
     failed: the bad requests (``decode_requests.RequestError``).
     seconds: wall time of the decode calls of this run.
     output: the output file (None: stdout).
+    compile_seconds: the part of ``seconds`` spent tracing and compiling
+      (or loading compiled programs from the persistent cache).
   """
 
   rows: list[dict[str, Any]]
@@ -195,20 +189,25 @@ class DecodeReport:
   failed: list[decode_requests.RequestError]
   seconds: float
   output: str | None
+  compile_seconds: float = 0.0
 
   @property
   def written(self) -> int:
     return len(self.new_rows)
 
   def summary(self) -> dict[str, Any]:
-    """Counts and totals over the rows written by this run."""
+    """Counts and totals over the rows written by this run; tokens_per_s
+    is over decode_s, the decode time without compile_s (tracing and
+    compiling, or loading from the persistent compilation cache)."""
     total = lambda k: sum(r.get(k, 0) for r in self.new_rows)
     div = lambda a, b: a / b if b else float("nan")
     tokens = total("num_tokens")
+    decode_s = max(self.seconds - self.compile_seconds, 0.0)
     return dict(requests=len(self.rows) + len(self.failed),
                 written=self.written, resumed=self.resumed,
                 failed=len(self.failed), tokens=tokens,
-                tokens_per_s=div(tokens, self.seconds),
+                compile_s=self.compile_seconds, decode_s=decode_s,
+                tokens_per_s=div(tokens, decode_s),
                 acceptance_rate=div(total("accepted"), total("drafted")),
                 block_efficiency=div(tokens, total("verifier_calls")),
                 deferral_rate=div(total("deferrals"), tokens))
@@ -375,19 +374,76 @@ def run_decode(drafter, verifier, method, sampling=None, gamma: int = 5,
     results = _open_output(output_file)
     _check_resumable(results, settings)
   try:
-    done = {r["key"]: r for r in results.rows} if results else {}
-    todo = [r for r in good if r.id not in done]
+    done = _resume(results, good) if results else {}
+    todo = [r for r in good if r.key not in done]
     new = _decode(drafter, verifier, method, sampling, gamma, max_new_tokens,
                   batch_size, seed, todo, key, width, settings, results,
-                  progress, tree, hierarchy) if todo else ({}, 0.0)
+                  progress, tree, hierarchy) if todo else ({}, (0.0, 0.0))
   finally:
     if results is not None:
       results.__exit__(None, None, None)
-  rows_new, seconds = new
-  rows = [rows_new[r.id] if r.id in rows_new else done[r.id] for r in good]
-  return DecodeReport(rows=rows, new_rows=[rows_new[r.id] for r in todo],
+  rows_new, (seconds, compile_s) = new
+  rows = [rows_new[r.key] if r.key in rows_new else done[r.key] for r in good]
+  return DecodeReport(rows=rows, new_rows=[rows_new[r.key] for r in todo],
                       resumed=len(good) - len(todo), failed=failed,
-                      seconds=seconds, output=output_file)
+                      seconds=seconds, output=output_file,
+                      compile_seconds=compile_s)
+
+
+def _resume(results, good) -> dict:
+  """{key: row} of the finished rows of ``good``, matched by content key.
+
+  Rows of requests no longer in the input (a deleted or edited line) are
+  dropped from the file, and a kept row takes its request's current id and
+  line, so the file always holds one row per current request.
+  """
+  by_key = {r["key"]: r for r in results.rows}
+  done = {}
+  for req in good:
+    row = by_key.get(req.key)
+    if row is not None:
+      done[req.key] = dict(row, id=req.id, line=req.line)
+  if [done.get(r["key"]) for r in results.rows] != results.rows:
+    results.replace_rows([done[r.key] for r in good if r.key in done])
+  return done
+
+
+class CompileClock:
+  """Seconds spent tracing, lowering and compiling (or loading compiled
+  programs from the persistent cache) while it is entered.
+
+  Listens to JAX's compile events (``jax.monitoring`` time spans of the
+  jaxpr trace, the MLIR lowering and the backend compile) and sums the
+  union of their spans, so nested traces count once.
+  """
+
+  EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
+            "/jax/core/compile/jaxpr_to_mlir_module_duration",
+            "/jax/core/compile/backend_compile_duration")
+
+  def __init__(self):
+    self.spans: list[tuple[float, float]] = []
+
+  def _listen(self, event, start, end, **kwargs):
+    del kwargs
+    if event in self.EVENTS:
+      self.spans.append((start, end))
+
+  def __enter__(self) -> "CompileClock":
+    jax.monitoring.register_event_time_span_listener(self._listen)
+    return self
+
+  def __exit__(self, *exc) -> None:
+    jax.monitoring.unregister_event_time_span_listener(self._listen)
+
+  @property
+  def seconds(self) -> float:
+    total, end = 0.0, -math.inf
+    for a, b in sorted(self.spans):
+      if b > end:
+        total += b - max(a, end)
+        end = b
+    return total
 
 
 def is_writer() -> bool:
@@ -403,7 +459,8 @@ def _is_exit(level) -> bool:
 def _decode(drafter, verifier, method, sampling, gamma, max_new_tokens,
             batch_size, seed, todo, key, width, settings, results, progress,
             tree=None, hierarchy=None):
-  """Loads the models and decodes ``todo``; returns ({id: row}, seconds)."""
+  """Loads the models and decodes ``todo``; returns ({key: row}, (seconds,
+  compile seconds))."""
   from tqdm import tqdm  # pylint: disable=g-import-not-at-top
   v_model, p_params, v_tok = verifier.load()
   d_model, q_params, d_tok = v_model, p_params, v_tok
@@ -416,7 +473,7 @@ def _decode(drafter, verifier, method, sampling, gamma, max_new_tokens,
 
   def generate(chunk):
     kw = dict(sampling=sampling, max_new_tokens=max_new_tokens, seeds=seed,
-              request_ids=[harness.request_id(r.id) for r in chunk],
+              request_ids=[harness.request_id(r.seed_key) for r in chunk],
               pad_to=width, **{key: [list(r.ids) for r in chunk]})
     if levels is not None:
       return decoding.generate_hierarchy(
@@ -425,15 +482,17 @@ def _decode(drafter, verifier, method, sampling, gamma, max_new_tokens,
     return decoding.generate(method, d_model, v_model, q_params, p_params,
                              gamma=gamma, tree=tree, **kw)
 
-  rows, seconds = {}, 0.0
+  rows, seconds, compile_s = {}, 0.0, 0.0
   bar = tqdm(total=len(todo), disable=not progress, desc="decode",
              file=sys.stderr)
   for start in range(0, len(todo), batch_size):
     chunk = todo[start:start + batch_size]
     t0 = time.perf_counter()
-    out = generate(chunk)
+    with CompileClock() as clock:
+      out = generate(chunk)
     dt = time.perf_counter() - t0
     seconds += dt
+    compile_s += min(clock.seconds, dt)
     seqs = out.sequences()
     for i, req in enumerate(chunk):
       stats = out.row_stats(i)
@@ -442,7 +501,7 @@ def _decode(drafter, verifier, method, sampling, gamma, max_new_tokens,
         stats.update(level_calls=out.calls[i].tolist(),
                      level_drafted=out.level_drafted[i].tolist(),
                      level_accepted=out.level_accepted[i].tolist())
-      row = dict(key=req.id, id=req.id, line=req.line, tokens=seqs[i],
+      row = dict(key=req.key, id=req.id, line=req.line, tokens=seqs[i],
                  **stats, input_tokens=req.input_tokens,
                  input_truncated=req.truncated, batch_seconds=dt,
                  settings=settings)
@@ -453,10 +512,10 @@ def _decode(drafter, verifier, method, sampling, gamma, max_new_tokens,
       elif is_writer():  # stdout: no resume, so no key / settings
         print(json.dumps({k: v for k, v in row.items()
                           if k not in ("key", "settings")}), flush=True)
-      rows[req.id] = row
+      rows[req.key] = row
     bar.update(len(chunk))
   bar.close()
-  return rows, seconds
+  return rows, (seconds, compile_s)
 
 
 __all__ = ["DecodeReport", "available_memory", "cache_bytes", "check_memory",

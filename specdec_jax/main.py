@@ -9,7 +9,9 @@ Flags: --gin_file (repeatable; resolved against --gin_search_paths and the
 shipped gin/ directory), --gin_bindings / --gin.KEY=VALUE (repeatable),
 --gin_search_paths (comma separated), --mode (decode | eval | bench | plan |
 plan-tree | plan-hierarchy | main; overrides ``run.mode``), --num_examples,
---verify=CHECKPOINT.
+--verify=CHECKPOINT, --compilation_cache_dir (every mode keeps compiled
+programs in a per-user persistent cache, ~/.cache/specdec_jax/jax_cache by
+default, so a second run answers without compiling; '' turns it off).
 ``specdec_jax``, ``specdec_jax help``, ``--help`` and ``--helpfull`` print
 the usage (:func:`usage`). This module holds the only gin-configurable
 wrappers of the code base; the library stays gin-free.
@@ -60,6 +62,11 @@ _VERIFY = flags.DEFINE_multi_string(
     "verify", [], "check a checkpoint (any format) and exit: per-tensor "
     "checksums (when it has checksums.json), NaN/inf and statistics; "
     "repeatable.")
+_COMPILATION_CACHE = flags.DEFINE_string(
+    "compilation_cache_dir", None, "JAX's persistent compilation cache, so "
+    "a second run loads compiled programs instead of compiling them again "
+    "(default: $SPECDEC_JAX_COMPILATION_CACHE, else "
+    "~/.cache/specdec_jax/jax_cache; '' turns it off).")
 _DISTRIBUTED = flags.DEFINE_enum(
     "distributed", "auto", ["auto", "yes", "no"],
     "call jax.distributed.initialize() (auto: on multi-host TPU / when "
@@ -528,6 +535,43 @@ def verify_checkpoints(paths: Sequence[str]) -> int:
   return status
 
 
+def compilation_cache_dir(flag: str | None) -> str | None:
+  """The persistent compilation cache of a CLI run (None: off).
+
+  ``--compilation_cache_dir`` if given ('' turns it off), else
+  ``$SPECDEC_JAX_COMPILATION_CACHE`` (same rule), else
+  ``$JAX_COMPILATION_CACHE_DIR`` (JAX's own setting), else
+  ``<per-user cache>/jax_cache`` (``~/.cache/specdec_jax``, or
+  ``$SPECDEC_JAX_CACHE``). Entries are keyed by the program, the JAX version
+  and the backend, so a stale cache is harmless; delete the directory to
+  reclaim its space.
+  """
+  from specdec_jax.checkpoints import checksums  # pylint: disable=g-import-not-at-top
+  for value in (flag, os.environ.get("SPECDEC_JAX_COMPILATION_CACHE"),
+                os.environ.get("JAX_COMPILATION_CACHE_DIR")):
+    if value is not None:
+      return value or None
+  return os.path.join(checksums.cache_root(), "jax_cache")
+
+
+def enable_compilation_cache(path: str | None) -> None:
+  """Turns JAX's persistent compilation cache on at ``path`` (every mode);
+  a directory that cannot be created is a warning, never an error."""
+  if not path:
+    return
+  import jax  # pylint: disable=g-import-not-at-top
+  try:
+    os.makedirs(path, exist_ok=True)
+  except OSError as e:
+    print(f"specdec_jax: warning: compilation cache off: cannot create "
+          f"{path} ({e.strerror or e}); set --compilation_cache_dir",
+          file=sys.stderr)
+    return
+  jax.config.update("jax_compilation_cache_dir", path)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
 def main(argv: Sequence[str]) -> None:
   """Runs the configured mode (flags already parsed).
 
@@ -543,6 +587,7 @@ def main(argv: Sequence[str]) -> None:
                      f"modes: {', '.join(MODES)}; `specdec_jax --help` shows "
                      f"more)")
   _maybe_initialize_distributed()
+  enable_compilation_cache(compilation_cache_dir(_COMPILATION_CACHE.value))
   parse_gin(_GIN_FILES.value, list(_GIN_BINDINGS.value) + _flag_bindings(),
             _GIN_SEARCH_PATHS.value)
   run(**({"mode": mode} if mode else {}))

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specdec_jax import models, sharding
+from specdec_jax.decoding import budget
 from specdec_jax.models.interface import flatten_params
 
 GIB = 2**30
@@ -112,7 +113,7 @@ def memory_plan(pairs: Sequence[PlanPair] = DEFAULT_PAIRS,
     d = models.get_model(pair.drafter, dtype=dtype, param_dtype=dtype)
     v = models.get_model(pair.verifier, dtype=dtype, param_dtype=dtype)
     decoder_prompt = 1 if v.is_encoder_decoder else pair.prompt
-    cap = decoder_prompt + pair.new_tokens + pair.gamma + 2
+    cap = budget.capacity(decoder_prompt, pair.new_tokens, pair.gamma)
     for topo in topologies:
       if topo not in V4_TOPOLOGIES:
         raise ValueError(f"unknown topology {topo!r}; choose from "

@@ -18,6 +18,12 @@ if _CACHE:
   os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _CACHE)
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.3")
 
+# specdec_jax's per-user cache (checksum sidecars of foreign checkpoints, the
+# CLI's compilation cache) goes to a fresh directory per run: test
+# checkpoints reuse temporary paths across runs.
+os.environ.setdefault("SPECDEC_JAX_CACHE",
+                      tempfile.mkdtemp(prefix="specdec_jax_cache_"))
+
 import jax  # noqa: E402  pylint: disable=g-import-not-at-top
 
 jax.config.update("jax_default_matmul_precision", "highest")

@@ -48,6 +48,7 @@ def test_decode_from_stdin_prints_jsonl():
   assert code == 0, err
   assert '"num_tokens": 3' in out
   assert "tokens_per_s" in err  # the summary table
+  assert "compile_s" in err and "decode_s" in err  # issue 43: split
 
 
 def test_gin_dot_flags_are_rewritten():
@@ -187,3 +188,29 @@ def test_verify_flag_checks_checkpoints(tmp_path, capsys):
   (line,) = [ln for ln in err.splitlines() if "error" in ln]
   assert line.startswith(f"specdec_jax: error: {good}: tensor '")
   assert "fails its checksum" in line
+
+
+def test_compilation_cache_dir_flag_env_and_default(monkeypatch):
+  for var in ("SPECDEC_JAX_COMPILATION_CACHE", "JAX_COMPILATION_CACHE_DIR"):
+    monkeypatch.delenv(var, raising=False)
+  monkeypatch.setenv("SPECDEC_JAX_CACHE", "/c")
+  assert main.compilation_cache_dir(None) == "/c/jax_cache"
+  assert main.compilation_cache_dir("/x") == "/x"
+  assert main.compilation_cache_dir("") is None  # '' turns it off
+  monkeypatch.setenv("SPECDEC_JAX_COMPILATION_CACHE", "")
+  assert main.compilation_cache_dir(None) is None
+  assert main.compilation_cache_dir("/x") == "/x"
+
+
+def test_compile_clock_counts_tracing_and_compiling_once():
+  import jax  # pylint: disable=g-import-not-at-top
+  from specdec_jax import decode_run  # pylint: disable=g-import-not-at-top
+  f = jax.jit(lambda x: jax.numpy.sin(x) * 3 + 1)
+  with decode_run.CompileClock() as first:
+    f(jax.numpy.ones(7)).block_until_ready()
+  with decode_run.CompileClock() as again:
+    f(jax.numpy.ones(7)).block_until_ready()
+  assert first.seconds > 0 and again.seconds == 0
+  clock = decode_run.CompileClock()
+  clock.spans = [(0.0, 2.0), (1.0, 3.0), (5.0, 6.0)]  # nested spans once
+  assert clock.seconds == 4.0

@@ -95,6 +95,39 @@ def test_good_rows_are_written_when_one_request_is_bad_then_resumed(
   assert table[-1][:4] == ["4", "1", "3", "0"]  # requests written resumed failed
 
 
+def test_resume_after_deleting_a_bad_line_as_advised_gives_correct_rows(
+    tmp_path, capsys):
+  """Issue 43: rows are matched by request content, never by position."""
+  sampled = [*BASE, "--gin.TEMPERATURE=1.0", "--gin.SEED=3"]
+  good = [[2, 5, 9], [2, 11, 12, 13], [2, 7, 7]]
+  req = write_requests(tmp_path / "req.jsonl", [good[0], [2, 99], *good[1:]])
+  out = tmp_path / "out"
+  args = [*sampled, f"--gin.INPUT_FILE='{req}'", f"--gin.OUTPUT_DIR='{out}'"]
+  code, _, err = cli(capsys, *args)
+  assert code == 2 and "fix them and rerun the same command" in err
+  write_requests(tmp_path / "req.jsonl", good)  # delete line 2, as advised
+  code, _, err = cli(capsys, *args)
+  assert code == 0, err
+  ref_req = write_requests(tmp_path / "ref.jsonl", good)
+  assert cli(capsys, *sampled, f"--gin.INPUT_FILE='{ref_req}'",
+             f"--gin.OUTPUT_DIR='{tmp_path / 'ref'}'")[0] == 0
+  strip = lambda r: {k: v for k, v in r.items() if k != "batch_seconds"}
+  ref = [strip(r) for r in rows_of(tmp_path / "ref" / "decodes.jsonl")]
+  rows = [strip(r) for r in rows_of(out / "decodes.jsonl")]
+  assert rows == ref and [r["id"] for r in rows] == ["0", "1", "2"]
+  # Edit a decoded request: its stale row is replaced, the others are kept.
+  edited = [good[0], [2, 11, 12], good[2]]
+  write_requests(tmp_path / "req.jsonl", edited)
+  code, _, err = cli(capsys, *args)
+  assert code == 0, err
+  rows = rows_of(out / "decodes.jsonl")
+  assert len(rows) == 3 and sorted(r["id"] for r in rows) == ["0", "1", "2"]
+  one = {r["id"]: r for r in rows}["1"]
+  assert one["input_tokens"] == 3 and one["line"] == 2
+  table = [ln.split() for ln in err.splitlines() if ln[:1].isdigit()]
+  assert table[-1][:4] == ["3", "1", "2", "0"]  # written resumed failed
+
+
 @pytest.mark.parametrize("bindings,message", [
     (["--gin.GAMMA=0"], "gamma must be an integer in [1, 1024], got 0"),
     (["--gin.SEED=-1"], "seed must be an integer in [0, 2**32), got -1 "

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from typing import Iterable, Mapping
 
 import numpy as np
@@ -112,12 +113,14 @@ class Manifest:
           f"was saved (a corrupt or partial copy); {_SKIP_HINT}")
 
 
-def write(directory: str, tensors: Mapping[str, Mapping]) -> str:
+def write(directory: str, tensors: Mapping[str, Mapping],
+          name: str = MANIFEST) -> str:
   """Writes ``checksums.json`` (atomically) into ``directory``.
 
   Args:
     directory: the checkpoint directory.
     tensors: {stored name: :func:`entry` dict}.
+    name: the file name (a sidecar's differs).
 
   Returns:
     The manifest path.
@@ -126,10 +129,35 @@ def write(directory: str, tensors: Mapping[str, Mapping]) -> str:
                      "algorithm": "sha256",
                      "tensors": dict(sorted(tensors.items()))}, indent=1)
   d = epath.Path(directory)
-  tmp, final = d / (MANIFEST + ".tmp"), d / MANIFEST
+  d.mkdir(parents=True, exist_ok=True)
+  tmp, final = d / (name + ".tmp"), d / name
   tmp.write_text(body + "\n")
   tmp.rename(final)
   return str(final)
+
+
+def cache_root() -> str:
+  """specdec_jax's per-user cache directory: ``$SPECDEC_JAX_CACHE``, else
+  ``~/.cache/specdec_jax`` (sidecars, the compilation cache)."""
+  return os.environ.get("SPECDEC_JAX_CACHE") or os.path.join(
+      os.path.expanduser("~"), ".cache", "specdec_jax")
+
+
+def sidecar_path(source: str) -> str:
+  """The sidecar of a checkpoint without a manifest (a foreign one).
+
+  Its checksums are recorded on the first successful load (keyed by OUR leaf
+  paths, digests of each leaf as read in its stored dtype) in the per-user
+  cache, never in the checkpoint's own directory (it may be read-only, a
+  shared download cache or gs://): ``<cache_root>/checksums/<hash of the
+  absolute path>.json``.
+  """
+  where = str(source)
+  if "://" not in where:
+    where = os.path.realpath(where.split(":")[0]) + where[len(
+        where.split(":")[0]):]
+  key = hashlib.sha256(where.encode()).hexdigest()[:24]
+  return os.path.join(cache_root(), "checksums", f"{key}.json")
 
 
 def write_arrays(directory: str, arrays: Iterable[tuple[str, object]]) -> str:
@@ -184,5 +212,6 @@ def flatten_keys(tree: Mapping, prefix: tuple[str, ...] = ()):
       yield prefix + (str(key),), val
 
 
-__all__ = ["ChecksumError", "MANIFEST", "Manifest", "digest", "entry", "find",
-           "flatten_keys", "read", "remove", "write", "write_arrays"]
+__all__ = ["ChecksumError", "MANIFEST", "Manifest", "cache_root", "digest",
+           "entry", "find", "flatten_keys", "read", "remove", "sidecar_path",
+           "write", "write_arrays"]

@@ -37,7 +37,8 @@ import numpy as np
 from etils import epath
 
 from specdec_jax import models
-from specdec_jax.checkpoints import checksums, loader
+from specdec_jax.checkpoints import checksums
+from specdec_jax.checkpoints import leaves as leaf_lib
 from specdec_jax.models import GemmaConfig, GemmaModel
 
 # (destination, source names, fn(*sources) -> destination array)
@@ -200,12 +201,12 @@ class _Official:
   """Reads official leaves by NESTED name; the last one is kept, so q and
   kv cut from one qkv_einsum read it once."""
 
-  def __init__(self, reader: loader.OrbaxReader, layout: str,
+  def __init__(self, reader: leaf_lib.OrbaxReader, layout: str,
                prefix: tuple[str, ...]):
     self.reader, self.prefix = reader, prefix
     node = reader.metadata(prefix)
     self.names = {_nested_name(keys, layout): keys
-                  for keys, _ in loader.orbax_leaves(node)}
+                  for keys, _ in leaf_lib.orbax_leaves(node)}
     self._last_key, self._last = None, None
 
   def keys(self, name: str) -> tuple[str, ...]:
@@ -254,9 +255,10 @@ def _check(official: _Official, expected: dict[str, tuple], path: str,
 
 
 def load_gemma(path: str, model, dtype="bfloat16",
-               sharding: loader.ShardingArg = None,
+               sharding: leaf_lib.ShardingArg = None,
                progress: bool | None = None,
-               verify_checksums: bool = True) -> dict:
+               verify_checksums: bool = True, check_values: bool = True
+               ) -> dict:
   """Restores an official Gemma 1 / Gemma 2 Flax checkpoint into our layout.
 
   Args:
@@ -268,19 +270,21 @@ def load_gemma(path: str, model, dtype="bfloat16",
       and shapes).
     progress: progress bar (None: automatic above ~200 MB).
     verify_checksums: check every leaf read against the checkpoint's
-      ``checksums.json`` (written by :func:`save_gemma`) when it has one.
+      ``checksums.json`` (written by :func:`save_gemma`) when it has one,
+      else against the sidecar recorded on its first load.
+    check_values: refuse NaN/inf or |x| > 1e4 (``leaves.check_values``).
 
   Returns:
     Nested parameter dict of jax.Arrays in our layout, read leaf by leaf.
   """
-  model = loader.resolve_model(model)
+  model = leaf_lib.resolve_model(model)
   if not isinstance(model, GemmaModel):
     raise ValueError(f"official Gemma checkpoints hold Gemma models, got "
                      f"{type(model).__name__}")
   cfg = model.config
   item = _item_dir(path)
   manifest = item_manifest(item) if verify_checksums else None
-  reader = loader.OrbaxReader(item, manifest)
+  reader = leaf_lib.OrbaxReader(item, manifest)
   official = _Official(reader, *_layout(reader.tree, str(path)))
   use_qkv = "layer_0/attn/qkv_einsum/w" in official.names
   _check(official, official_shapes(cfg, use_qkv), str(path), cfg)
@@ -288,12 +292,15 @@ def load_gemma(path: str, model, dtype="bfloat16",
   leaves = []
   for dest, names, fn in _import_rules(cfg, use_qkv):
     meta = reader.metadata(official.keys(names[0]))
-    leaves.append(loader.Leaf(
+    leaves.append(leaf_lib.Leaf(
         path=dest, shape=tuple(expected[dest].shape),
         dtype=np.dtype(meta.dtype), read=official.leaf_reader(names, fn),
         source=f"'{official.display(names[0])}'"))
-  return loader.restore(leaves, model, dtype=dtype, sharding=sharding,
-                        progress=progress, source=str(path))
+  return leaf_lib.restore(
+      leaves, model, dtype=dtype, sharding=sharding, progress=progress,
+      source=str(path), check=check_values,
+      sidecar=checksums.sidecar_path(str(path))
+      if verify_checksums and manifest is None else None)
 
 
 def save_gemma(path: str, model, params, layout: str = "flat") -> None:
@@ -310,7 +317,7 @@ def save_gemma(path: str, model, params, layout: str = "flat") -> None:
   joined with '/') is written into ``path`` and checked by :func:`load_gemma`.
   """
   import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
-  model = loader.resolve_model(model)
+  model = leaf_lib.resolve_model(model)
   if not isinstance(model, GemmaModel):
     raise ValueError(f"expected a GemmaModel, got {type(model).__name__}")
   if layout not in ("flat", "nested"):

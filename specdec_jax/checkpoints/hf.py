@@ -10,7 +10,7 @@ or ``model-0000i-of-0000n.safetensors`` shards listed in
 Supported: T5 v1.1 / mT5 (``T5ForConditionalGeneration``, untied head) and
 Gemma 1 / Gemma 2 (``Gemma[2]ForCausalLM``). Names and layouts are
 ``hf_convert``'s rules (one per tensor); tensors are read lazily, one leaf at
-a time (see ``loader.restore``).
+a time (see ``leaf_lib.restore``).
 
 transformers 5 ties T5's ``lm_head`` to the embedding at construction unless
 the checkpoint holds both tensors and they differ, so the export always writes
@@ -30,7 +30,8 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from specdec_jax import models
-from specdec_jax.checkpoints import checksums, hf_convert, loader
+from specdec_jax.checkpoints import checksums, hf_convert
+from specdec_jax.checkpoints import leaves as leaf_lib
 from specdec_jax.models import GemmaModel, T5Model
 
 CONFIG = "config.json"
@@ -105,9 +106,9 @@ class SafetensorsFiles(Mapping):
                        f"unsupported safetensors dtype {code}")
     return np.dtype(jnp.dtype(_DTYPES[code]))
 
-  def leaf(self, path: str, name: str) -> loader.Leaf:
-    """A :class:`loader.Leaf` of our ``path`` stored unchanged as ``name``."""
-    return loader.Leaf(path=path, shape=self.shape(name),
+  def leaf(self, path: str, name: str) -> leaf_lib.Leaf:
+    """A :class:`leaf_lib.Leaf` of our ``path`` stored unchanged as ``name``."""
+    return leaf_lib.Leaf(path=path, shape=self.shape(name),
                        dtype=self.dtype(name),
                        read=lambda dt, index: self[name],
                        source=f"tensor '{name}' in {self.file(name)!r}")
@@ -123,7 +124,21 @@ def _files(path: str) -> list[str]:
     except (json.JSONDecodeError, KeyError, TypeError) as e:
       raise ValueError(f"{index} is not a valid safetensors index (needs a "
                        f"'weight_map'): {e}") from None
-    return [os.path.join(path, f) for f in sorted(set(weight_map.values()))]
+    if not isinstance(weight_map, dict):
+      raise ValueError(f"{index}: 'weight_map' must map tensor names to "
+                       f"file names, got {type(weight_map).__name__}")
+    root = os.path.realpath(path)
+    files = []
+    for f in sorted(set(weight_map.values())):
+      full = os.path.realpath(os.path.join(path, str(f)))
+      if (not isinstance(f, str) or os.path.isabs(f) or
+          os.path.dirname(full) != root):
+        raise ValueError(f"{index} names the weight file {f!r}, which is not "
+                         f"a file of the checkpoint directory {path!r}; an "
+                         f"index may only name files next to it (fix or "
+                         f"re-download the index)")
+      files.append(os.path.join(path, f))
+    return files
   if os.path.isfile(os.path.join(path, SINGLE)):
     return [os.path.join(path, SINGLE)]
   found = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
@@ -162,8 +177,9 @@ def model_from_hf_config(config: Mapping, path: str = "config"):
                    f"supported: {', '.join(_T5_TYPES + _GEMMA_TYPES)}")
 
 
-def load_hf(path: str, dtype="bfloat16", sharding: loader.ShardingArg = None,
-            progress: bool | None = None, verify_checksums: bool = True):
+def load_hf(path: str, dtype="bfloat16", sharding: leaf_lib.ShardingArg = None,
+            progress: bool | None = None, verify_checksums: bool = True,
+            check_values: bool = True):
   """Loads an HF safetensors checkpoint (single file or sharded).
 
   Args:
@@ -172,7 +188,9 @@ def load_hf(path: str, dtype="bfloat16", sharding: loader.ShardingArg = None,
     sharding: None, a Sharding, or fn(path, shape) -> Sharding.
     progress: progress bar (None: automatic above ~200 MB).
     verify_checksums: check every tensor read against the checkpoint's
-      ``checksums.json`` when it has one (``checksums.py``).
+      ``checksums.json`` when it has one (``checksums.py``), else against
+      the sidecar recorded on its first load (``checksums.sidecar_path``).
+    check_values: refuse NaN/inf or |x| > 1e4 (``leaves.check_values``).
 
   Returns:
     (model, params): a T5Model or GemmaModel from config.json and its params.
@@ -200,15 +218,17 @@ def load_hf(path: str, dtype="bfloat16", sharding: loader.ShardingArg = None,
   expected = models.flatten_params(model.param_shapes())
   leaves = [_rule_leaf(files, dest, names, fn, tuple(expected[dest].shape))
             for dest, names, fn in rules]
-  return model, loader.restore(leaves, model, dtype=dtype, sharding=sharding,
-                               progress=progress, source=path)
+  return model, leaf_lib.restore(
+      leaves, model, dtype=dtype, sharding=sharding, progress=progress,
+      source=path, check=check_values, sidecar=checksums.sidecar_path(path)
+      if verify_checksums and manifest is None else None)
 
 
 def _rule_leaf(files: SafetensorsFiles, dest: str, names: tuple[str, ...], fn,
-               shape: tuple[int, ...]) -> loader.Leaf:
+               shape: tuple[int, ...]) -> leaf_lib.Leaf:
   """A leaf converted by one ``hf_convert`` rule from its HF tensors."""
   shapes = ", ".join(f"'{n}' {files.shape(n)}" for n in names)
-  return loader.Leaf(
+  return leaf_lib.Leaf(
       path=dest, shape=shape, dtype=files.dtype(names[0]),
       read=lambda dt, index: fn(*(files[n] for n in names)),
       source=f"HF tensor(s) {shapes}")

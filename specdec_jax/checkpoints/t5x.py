@@ -52,7 +52,8 @@ from etils import epath
 from flax import serialization
 
 from specdec_jax import models
-from specdec_jax.checkpoints import checksums, loader
+from specdec_jax.checkpoints import checksums
+from specdec_jax.checkpoints import leaves as leaf_lib
 from specdec_jax.models import T5Model
 
 VERSION = 3
@@ -211,7 +212,7 @@ def _open(spec: dict):
 
 def _zarr_leaf(path: str, spec: Mapping, step_dir: str,
                manifest: checksums.Manifest | None = None,
-               name: str = "") -> loader.Leaf:
+               name: str = "") -> leaf_lib.Leaf:
   """A leaf stored as one zarr array; with a manifest it is read whole (in
   its stored dtype, checked, then cast) instead of per device slice."""
   abs_spec = absolute_spec(spec, step_dir)
@@ -232,12 +233,12 @@ def _zarr_leaf(path: str, spec: Mapping, step_dir: str,
       s = ts.cast(s, np.dtype(dt).name)
     return (s if index is None else s[index]).read().result()
 
-  return loader.Leaf(path=path, shape=shape, dtype=dtype, read=read,
+  return leaf_lib.Leaf(path=path, shape=shape, dtype=dtype, read=read,
                      sliced=manifest is None, source=f"zarr array {where}")
 
 
 def _inline_leaf(path: str, value, manifest: checksums.Manifest | None = None,
-                 name: str = "") -> loader.Leaf:
+                 name: str = "") -> leaf_lib.Leaf:
   arr = np.asarray(value)
 
   def read(dt, index):
@@ -246,7 +247,7 @@ def _inline_leaf(path: str, value, manifest: checksums.Manifest | None = None,
       manifest.check(name, arr, "the msgpack")
     return arr
 
-  return loader.Leaf(path=path, shape=arr.shape, dtype=arr.dtype, read=read,
+  return leaf_lib.Leaf(path=path, shape=arr.shape, dtype=arr.dtype, read=read,
                      source="an array inline in the msgpack")
 
 
@@ -261,7 +262,7 @@ def find_manifest(kind: str, where: str) -> checksums.Manifest | None:
 
 
 def t5x_leaves(path: str, subtree: str = "target",
-               verify_checksums: bool = True) -> list[loader.Leaf]:
+               verify_checksums: bool = True) -> list[leaf_lib.Leaf]:
   """The leaves of ``subtree`` of a T5X checkpoint (legacy or Orbax).
 
   With ``verify_checksums`` and a ``checksums.json`` in the step directory,
@@ -273,11 +274,11 @@ def t5x_leaves(path: str, subtree: str = "target",
   manifest = find_manifest(kind, where) if verify_checksums else None
   full = lambda p: f"{subtree.strip('/')}/{p}"
   if kind == "orbax":
-    reader = loader.OrbaxReader(where, manifest)
+    reader = leaf_lib.OrbaxReader(where, manifest)
     prefix = tuple(subtree.strip("/").split("/"))
     _subtree(reader.tree, subtree, where)
     return [reader.leaf("/".join(keys[len(prefix):]), keys)
-            for keys, _ in loader.orbax_leaves(reader.metadata(prefix),
+            for keys, _ in leaf_lib.orbax_leaves(reader.metadata(prefix),
                                                prefix)]
   step_dir = os.path.dirname(where)
   tree = _subtree(_read_msgpack(where), subtree, where)
@@ -299,18 +300,18 @@ def load_t5x_tree(path: str, dtype=None, subtree: str = "target",
     Nested dict of np.ndarray (e.g. {'draft': ..., 'target': ...} for a
     merged two-model checkpoint).
   """
-  dt = loader.target_dtype(dtype)
+  dt = leaf_lib.target_dtype(dtype)
   flat = {}
   for leaf in t5x_leaves(path, subtree, verify_checksums):
     cast = dt if jnp.issubdtype(leaf.dtype, jnp.floating) else None
-    flat[leaf.path] = loader.read_leaf(leaf, cast, f"checkpoint {path!r}")
+    flat[leaf.path] = leaf_lib.read_leaf(leaf, cast, f"checkpoint {path!r}")
   return models.unflatten_params(flat)
 
 
 def load_t5x(path: str, model, dtype="bfloat16",
-             sharding: loader.ShardingArg = None, subtree: str = "target",
+             sharding: leaf_lib.ShardingArg = None, subtree: str = "target",
              progress: bool | None = None,
-             verify_checksums: bool = True) -> dict:
+             verify_checksums: bool = True, check_values: bool = True) -> dict:
   """Restores the T5 parameters of a T5X checkpoint (legacy or Orbax).
 
   Args:
@@ -322,19 +323,26 @@ def load_t5x(path: str, model, dtype="bfloat16",
       'target/draft' in a merged two-model checkpoint.
     progress: progress bar (None: automatic above ~200 MB).
     verify_checksums: check every leaf against the step directory's
-      ``checksums.json`` when it has one (leaves are then read whole).
+      ``checksums.json`` when it has one (leaves are then read whole), else
+      against the sidecar recorded on its first load.
+    check_values: refuse NaN/inf or |x| > 1e4 (``leaves.check_values``).
 
   Returns:
     Nested parameter dict of jax.Arrays, read leaf by leaf.
   """
-  model = loader.resolve_model(model)
+  model = leaf_lib.resolve_model(model)
   if not isinstance(model, T5Model):
     raise ValueError(f"T5X checkpoints hold T5 models, got "
                      f"{type(model).__name__}")
   source = str(path) if subtree == "target" else f"{path}:{subtree}"
-  return loader.restore(t5x_leaves(path, subtree, verify_checksums), model,
-                        dtype=dtype,
-                        sharding=sharding, progress=progress, source=source)
+  kind, where = locate_t5x(path)
+  foreign = verify_checksums and kind != "t5x_tf" and (
+      find_manifest(kind, where) is None)
+  return leaf_lib.restore(t5x_leaves(path, subtree, verify_checksums), model,
+                          dtype=dtype, sharding=sharding, progress=progress,
+                          source=source, check=check_values,
+                          sidecar=checksums.sidecar_path(source) if foreign
+                          else None)
 
 
 # ----------------------------------------------------------------------------
@@ -403,7 +411,7 @@ def save_t5x(path: str, target: Mapping, step: int = 0,
     raise ValueError(f"layout must be 'legacy' or 'orbax', got {layout!r}")
   if not isinstance(target, Mapping) or not target:
     raise ValueError("target must be a non-empty nested dict of arrays")
-  dt = loader.target_dtype(dtype)
+  dt = leaf_lib.target_dtype(dtype)
   p = epath.Path(path)
   if p.exists():
     if not p.is_dir() or any(True for _ in p.iterdir()):

@@ -29,7 +29,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from specdec_jax.checkpoints import checksums
+from specdec_jax.checkpoints import (checksums, gemma_official, hf, loader,
+                                     native)
 
 HUGE = 1e6
 _CHUNK = 1 << 24
@@ -132,8 +133,6 @@ def tensor_stats(name: str, arr: np.ndarray, checksum: str) -> TensorStats:
 def _stored_tensors(path: str, fmt: str, subtree: str
                     ) -> tuple[str | None, Iterator[tuple[str, Callable]]]:
   """(manifest path, iterator of (stored name, read())) of a checkpoint."""
-  # pylint: disable=g-import-not-at-top  (the format modules import loader)
-  from specdec_jax.checkpoints import gemma_official, hf, loader, native
   from specdec_jax.checkpoints import t5x
   if fmt in ("native", "hf"):
     files = (hf.SafetensorsFiles([os.path.join(path, native.PARAMS)])
@@ -172,7 +171,6 @@ def verify(path: str, *, format: str = "auto",  # pylint: disable=redefined-buil
     checksum, holds NaN/inf or cannot be read. It raises only when the
     checkpoint cannot be opened at all (missing path, unknown format).
   """
-  from specdec_jax.checkpoints import loader  # pylint: disable=g-import-not-at-top
   path = str(path)
   fmt = loader.detect_format(path) if format == "auto" else format
   man, tensors = _stored_tensors(path, fmt, subtree)

@@ -21,16 +21,16 @@ to a multiple of ``PAD_TO`` so new prompts reuse compiled programs; knobs
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any, Sequence
 
 import jax
 import numpy as np
 
+from specdec_jax.decoding.budget import check_capacity, check_memory
 from specdec_jax.decoding import inputs as inputs_lib
 from specdec_jax.decoding.loops import tree as tree_loop
 from specdec_jax.decoding.loops.program import run_program
-from specdec_jax.decoding.loops.state import LoopConfig, Request, capacity
+from specdec_jax.decoding.loops.state import LoopConfig, Request
 from specdec_jax.decoding.rules import sampling as sampling_lib
 from specdec_jax.decoding.verify.topology import Topology
 
@@ -156,83 +156,6 @@ def result(out, batch: int, width: int) -> DecodeResult:
       level_rejected=stack("rejected"), trace=trace)
 
 
-def _available_bytes() -> int | None:
-  """Memory a decode may use on the default device (None: unknown)."""
-  dev = jax.devices()[0]
-  stats = getattr(dev, "memory_stats", lambda: None)()
-  if stats and "bytes_limit" in stats:
-    return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
-  try:
-    with open("/proc/meminfo") as f:
-      for line in f:
-        if line.startswith("MemAvailable:"):
-          return int(line.split()[1]) * 1024
-  except OSError:
-    pass
-  return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") if (
-      hasattr(os, "sysconf")) else None
-
-
-# (program key, argument shapes) -> bytes of the loop state.
-_STATE_BYTES: dict[tuple, int] = {}
-
-
-def _state_bytes(program, args) -> int:
-  leaves, treedef = jax.tree.flatten(args)
-  sig = (program.key, treedef, tuple((np.shape(x), str(np.asarray(
-      x).dtype) if not hasattr(x, "dtype") else str(x.dtype))
-                                     for x in leaves))
-  if sig not in _STATE_BYTES:
-    state = jax.eval_shape(program.init, args)
-    _STATE_BYTES[sig] = sum(int(np.prod(x.shape)) * x.dtype.itemsize
-                            for x in jax.tree.leaves(state))
-  return _STATE_BYTES[sig]
-
-
-def check_memory(program, args, mesh=None) -> None:
-  """Raises ValueError when the loop state cannot fit in memory.
-
-  The state (KV caches of every level, token buffers) is sized with
-  ``jax.eval_shape`` of the program's init, before anything is allocated,
-  so a budget beyond the memory is a clear error, not an allocation crash.
-  """
-  need = _state_bytes(program, args)
-  have = _available_bytes()
-  devices = 1 if mesh is None else mesh.devices.size
-  if have is not None and need > have * devices:
-    b, p = args[1].prompt.shape
-    raise ValueError(
-        f"this decode needs {need / 2**30:.2f} GiB for its KV caches and "
-        f"buffers (batch {b}, prompt width {p}, max_new_tokens and the draft "
-        f"block per row), more than the {have * devices / 2**30:.2f} GiB "
-        f"available; lower max_new_tokens, the prompt length or the batch")
-
-
-def check_capacity(prompt_width: int, max_new: int, cfg, is_tree: bool,
-                   max_cache_length: int | None) -> None:
-  """ValueError when a request needs more cache slots than allowed.
-
-  Args:
-    prompt_width: P, the padded prompt width.
-    max_new: the longest row's budget.
-    cfg: the loop config (its topology sizes the draft block).
-    is_tree: tree verification (one more slot of slack per block).
-    max_cache_length: the caller's bound on cache slots, or None.
-  """
-  need = capacity(prompt_width, cfg, chunk=int(is_tree))
-  if max_cache_length is not None and need > max_cache_length:
-    block = (f"the tree's {cfg.topology.num_nodes} nodes + 3" if is_tree
-             else "gamma + 2")
-    raise ValueError(
-        f"prompt ({prompt_width} padded) + max_new_tokens ({max_new}) + "
-        f"{block} = {need} cache slots exceed max_cache_length "
-        f"({max_cache_length}); shorten the prompt, max_new_tokens or the "
-        f"draft block")
-  if need >= inputs_lib.MAX_POSITIONS:
-    raise ValueError(f"prompt + max_new_tokens needs {need} cache slots; "
-                     f"positions are int32, ask for fewer tokens")
-
-
 def raise_nonfinite(res: DecodeResult) -> None:
   """FloatingPointError naming the rows that met NaN/inf logits, if any."""
   if res.finite.all():
@@ -308,6 +231,7 @@ def generate(method, drafter, verifier, q_params, p_params, prompts=None, *,
                      f"{type(method).__name__} drafts none (use a "
                      f"speculative method)")
   inputs_lib.check_models(method, drafter, verifier)
+  inputs_lib.check_params(method, drafter, verifier, q_params, p_params)
   prompt, plen, inp = inputs_lib.prompts_and_inputs(verifier, prompts,
                                                     inputs, pad_to)
   batch = prompt.shape[0]
@@ -315,6 +239,7 @@ def generate(method, drafter, verifier, q_params, p_params, prompts=None, *,
   buf = max(1, int(max_new.max()))
   if eos_id == "auto":
     eos_id = getattr(verifier, "eos_id", None)
+  inputs_lib.check_special_ids(eos_id, pad_id, verifier.vocab_size)
   loop_fields = dict(max_new=buf, eos_id=eos_id, pad_id=pad_id,
                      sampling=inputs_lib.sampling_static(strategy),
                      trace=bool(return_trace))

@@ -45,7 +45,15 @@ def pad_ragged(rows, width_multiple: int, what: str, pad: int = 0,
       if isinstance(r, (str, bytes)):
         raise ValueError(f"{what} (row {i}) must be integer token ids, got "
                          f"the string {r!r}; tokenize the text first")
-    rows = [np.asarray(list(r)) for r in rows]
+    rows = [list(r) for r in rows]
+    for i, r in enumerate(rows):
+      j = next((j for j, t in enumerate(r)
+                if isinstance(t, (bool, np.bool_))), None)
+      if j is not None:
+        raise ValueError(f"{what} (row {i}) must be integer token ids, got "
+                         f"the bool {r[j]!r} at position {j}; a bool is not "
+                         f"a token id")
+    rows = [np.asarray(r) for r in rows]
     for i, r in enumerate(rows):
       _check_integer(r, what, i)
     lengths = np.array([r.size for r in rows], np.int32)
@@ -65,8 +73,10 @@ def _check_integer(arr: np.ndarray, what: str, row: int | None) -> None:
   if arr.size and arr.ndim != 1 and row is not None:
     raise ValueError(f"{what}{where} must be a flat list of token ids, got "
                      f"shape {arr.shape}")
-  if arr.size and not (np.issubdtype(arr.dtype, np.integer)
-                       or arr.dtype == bool):
+  if arr.dtype == bool and arr.size:
+    raise ValueError(f"{what}{where} must be integer token ids, got a bool "
+                     f"array; a bool is not a token id")
+  if arr.size and not np.issubdtype(arr.dtype, np.integer):
     bad = next((x for x in arr.ravel().tolist()
                 if not float(x).is_integer()), arr.ravel()[0]) if \
         np.issubdtype(arr.dtype, np.floating) else arr.ravel()[0]
@@ -158,6 +168,36 @@ def check_models(method, drafter, verifier) -> None:
                      "both decoder-only models")
 
 
+def describe_model(model) -> str:
+  """``GemmaModel (64 ids, 2 decoder layers, 41,216 parameters)``."""
+  parts = [f"{model.vocab_size} ids"]
+  layers = getattr(model, "num_decoder_layers", None)
+  if layers is not None:
+    parts.append(f"{layers} decoder layers")
+  if hasattr(model, "num_params"):
+    parts.append(f"{model.num_params():,} parameters")
+  return f"{type(model).__name__} ({', '.join(parts)})"
+
+
+def check_params(method, drafter, verifier, q_params, p_params) -> None:
+  """Each parameter tree fits its model (names, shapes), checked on shapes
+  before anything runs, so the wrong model's params are an error naming the
+  model, not a Flax scope error from inside a trace."""
+  pairs = [("verifier", verifier, p_params)]
+  if method.uses_drafter:
+    pairs.append(("drafter", drafter, q_params))
+  for role, model, params in pairs:
+    if not hasattr(model, "check_params"):
+      continue  # a user model following only the decode protocol
+    try:
+      model.check_params(params)
+    except ValueError as e:
+      raise ValueError(f"the {role}'s params do not fit the {role} model "
+                       f"{describe_model(model)}: {e}; pass the params loaded "
+                       f"with this model (checkpoints.load returns both)"
+                       ) from None
+
+
 def check_method(method, strategy) -> None:
   """Method and sampling are valid objects with valid knobs, and fit."""
   if not (hasattr(method, "program") and hasattr(method, "knobs")):
@@ -243,6 +283,11 @@ def prompts_and_inputs(verifier, prompts, inputs, pad_to: int | None):
   Returns:
     (prompt [B, P] int64, prompt_len [B], inputs [B, S] or None).
   """
+  if pad_to is not None and (
+      isinstance(pad_to, bool) or not isinstance(pad_to, (int, np.integer))
+      or not 1 <= pad_to < MAX_POSITIONS):
+    raise ValueError(f"pad_to must be None or an integer >= 1 (the minimum "
+                     f"padded prompt width), got {pad_to!r}")
   encdec = verifier.is_encoder_decoder
   inp = None
   if encdec:
@@ -279,7 +324,25 @@ def request_ids_of(ids, prompt, plen, inp, seeds) -> np.ndarray:
                      f"shape {arr.shape}")
   if not np.issubdtype(arr.dtype, np.integer):
     raise ValueError(f"request_ids must be integers, got {arr.tolist()}")
+  if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= 2**31):
+    bad = next(int(x) for x in arr.tolist() if not 0 <= x < 2**31)
+    raise ValueError(f"request_ids must be integers in [0, 2**31), got {bad}"
+                     f"; ids are never wrapped (hash a larger id into the "
+                     f"range, e.g. eval.harness.request_id)")
   return arr.astype(np.int32)
+
+
+def check_special_ids(eos_id, pad_id, vocab: int) -> None:
+  """``eos_id`` (None: never stop) and ``pad_id`` are ids in [0, vocab)."""
+  for name, value, optional in (("eos_id", eos_id, True),
+                                ("pad_id", pad_id, False)):
+    if value is None and optional:
+      continue
+    if (isinstance(value, bool) or not isinstance(value, (int, np.integer))
+        or not 0 <= value < vocab):
+      none = " or None (never stop early)" if optional else ""
+      raise ValueError(f"{name} must be a token id in [0, {vocab}) (the "
+                       f"verifier's vocabulary){none}, got {value!r}")
 
 
 def prepare_batch(method, verifier, strategy, *, prompts, inputs,

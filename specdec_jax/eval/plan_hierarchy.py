@@ -23,6 +23,7 @@ import numpy as np
 from specdec_jax import hierarchy_spec as spec_lib
 from specdec_jax.decoding.hierarchy import planner as planner_lib
 from specdec_jax.decoding.planners import hierarchy_calibration as calib
+from specdec_jax.eval import plan_tree
 
 TARGET = "verifier"
 
@@ -143,6 +144,9 @@ def run_plan_hierarchy(verifier, candidates, sampling, *, max_buffer: int = 8,
                      f"{planner!r}")
   sampling.validate()
   named = parse_candidates(candidates)
+  planner_lib.check_search(len(named) + 1, max_buffer, planner == "brute" or (
+      planner == "auto" and len(named) <= 5), 8, max_depth)
+  plan_tree.check_output(output)
   v_arch = verifier.architecture()
   v_tok = verifier.load_tokenizer(v_arch)
   for name, lv in named:  # everything checkable before any weights load

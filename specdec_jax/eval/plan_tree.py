@@ -16,6 +16,7 @@ import os
 import numpy as np
 
 from specdec_jax import decoding
+from specdec_jax.decoding import inputs as inputs_lib
 from specdec_jax.decoding import planners
 from specdec_jax.decoding.planners import tree_shape
 
@@ -79,6 +80,25 @@ def format_plan(plan, acceptance, sync: str) -> str:
   return "\n".join(lines)
 
 
+def check_output(output: str | None) -> None:
+  """Refuses an OUTPUT that cannot be written, before any calibration."""
+  if not output:
+    return
+  path = os.path.abspath(output)
+  if os.path.isdir(path):
+    raise ValueError(f"OUTPUT {path} is a directory; give a file path")
+  probe = os.path.dirname(path)
+  while not os.path.exists(probe):
+    probe = os.path.dirname(probe)
+  if not os.path.isdir(probe):
+    raise ValueError(f"cannot write OUTPUT {path}: {probe} is a file, not a "
+                     f"directory; choose another OUTPUT")
+  target = path if os.path.exists(path) else probe
+  if not os.access(target, os.W_OK):
+    raise ValueError(f"cannot write OUTPUT {path}: {target} is not writable "
+                     f"(check its permissions or choose another OUTPUT)")
+
+
 def run_plan_tree(drafter, verifier, method, sampling, *, proposal: str,
                   max_nodes: int, max_depth: int, children: int,
                   batch_size: int, input_file: str | None, num_prompts: int,
@@ -98,6 +118,9 @@ def run_plan_tree(drafter, verifier, method, sampling, *, proposal: str,
                   ("new_tokens", new_tokens), ("batch_size", batch_size)):
     if isinstance(x, bool) or not isinstance(x, int) or x < 1:
       raise ValueError(f"{name} must be an integer >= 1, got {x!r}")
+  tree_shape.check_search(max_nodes, max_depth, 1, costed=True)
+  inputs_lib.check_method(method, sampling or decoding.Greedy())
+  check_output(output)
   (d, v, qp, pp), prompts, inputs = _requests(drafter, verifier, input_file,
                                               num_prompts, seed)
   acceptance = planners.calibrate(

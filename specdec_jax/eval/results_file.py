@@ -74,6 +74,26 @@ class ResultsFile:
     self.rows.append(dict(row))
     self.keys.add(key)
 
+  def replace_rows(self, rows: list[Mapping]) -> None:
+    """Rewrites the file to hold exactly ``rows`` (keys unique), durably.
+
+    Used when a resumed decode drops rows of requests that were deleted or
+    edited. The file stays locked; a crash mid-rewrite can only lose rows
+    (they are decoded again), never mix them up.
+    """
+    if self._fd is None:
+      raise RuntimeError("open the ResultsFile with 'with' before rewriting")
+    data = b"".join((json.dumps(r, ensure_ascii=False, allow_nan=True) +
+                     "\n").encode() for r in rows)
+    os.ftruncate(self._fd, 0)
+    view = memoryview(data)
+    while view:
+      view = view[os.write(self._fd, view):]
+    if self.sync:
+      os.fsync(self._fd)
+    self.rows = [dict(r) for r in rows]
+    self.keys = {r["key"] for r in rows}
+
 
 def _parse(path: str) -> tuple[list[dict], int]:
   """Rows of a results file and the byte length of its intact prefix.

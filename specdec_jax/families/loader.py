@@ -233,8 +233,18 @@ def metadata(assets: str = ASSETS) -> dict:
   if not os.path.isfile(path):
     raise ValueError(f"the default models are not built ({path} is missing); "
                      f"{BUILD_HINT}")
-  with open(path) as f:
-    return json.load(f)
+  return _read_json(path)
+
+
+def _read_json(path: str) -> dict:
+  """A JSON file; a truncated or corrupt one is an error naming it."""
+  try:
+    with open(path) as f:
+      return json.load(f)
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise ValueError(f"{path} is not valid JSON ({e}); the file is truncated "
+                     f"or corrupt: restore it from the package (reinstall "
+                     f"specdec_jax) or {BUILD_HINT}") from None
 
 
 def load(name: str, dtype: str = "float32",
@@ -266,9 +276,16 @@ def load(name: str, dtype: str = "float32",
   loaded = {}
   for level in LEVELS:
     path = os.path.join(root, LEVEL_DIRS[level])
-    if level == "medium" and not native.is_native(path):
-      loaded[level] = (None, None)
+    if level == "medium" and not os.path.exists(path):
+      loaded[level] = (None, None)  # a 2-level build: no medium model
       continue
+    if level == "medium" and not native.is_native(path):
+      lost = [f for f in (native.CONFIG, native.PARAMS)
+              if not os.path.isfile(os.path.join(path, f))]
+      raise ValueError(f"the default pair {name!r} has an incomplete medium "
+                       f"model ({os.path.join(path, lost[0] if lost else '')}"
+                       f" is missing); restore it from the package, or delete "
+                       f"{path} to use the 2-level pair")
     model, params = native.load(path, dtype=dtype)
     cfg = dataclasses.replace(model.config, dtype=dtype, param_dtype=dtype)
     loaded[level] = (model_from_config(cfg), params)
@@ -294,8 +311,7 @@ def _warn_if_corpus_differs(corpus_hash: str, assets: str) -> None:
   path = os.path.join(assets, METADATA)
   if not os.path.isfile(path):
     return
-  with open(path) as f:
-    shipped = json.load(f).get("corpus", {}).get("corpus_hash")
+  shipped = _read_json(path).get("corpus", {}).get("corpus_hash")
   if shipped and shipped != corpus_hash:
     warnings.warn(
         f"this Python's standard library (corpus hash {corpus_hash[:12]}) "

@@ -166,7 +166,7 @@ import collections, json, sys
 import jax, numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 from specdec_jax import models
-from specdec_jax.checkpoints import loader, t5x
+from specdec_jax.checkpoints import leaves, t5x
 
 model = models.get_model("t5_tiny")
 rng = np.random.default_rng(0)
@@ -181,11 +181,11 @@ def by_leaf(path, shape):
   return NamedSharding(mesh, P(None, "model") if split else P())
 
 reads = collections.Counter()
-read_leaf = loader.read_leaf
+read_leaf = leaves.read_leaf
 def counting(leaf, dtype, what, index=None):
   reads[leaf.path] += 1
   return read_leaf(leaf, dtype, what, index)
-loader.read_leaf = counting
+leaves.read_leaf = counting
 got = models.flatten_params(t5x.load_t5x(sys.argv[1], model, dtype="float32",
                                          sharding=by_leaf,
                                          verify_checksums=False))

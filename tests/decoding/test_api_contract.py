@@ -135,6 +135,21 @@ def test_return_trace_records_every_block():
     (dict(max_new_tokens=10**12), "is too large"),
     (dict(max_new_tokens=10**9), r"needs [0-9.]+ GiB for its KV caches"),
     (dict(request_ids=[1.5]), "request_ids must be integers"),
+    # Issue 43: accepted silently before.
+    (dict(prompts=[[2, True]]), r"prompts \(row 0\) must be integer token "
+     r"ids, got the bool True at position 1; a bool is not a token id"),
+    (dict(prompts=np.asarray([[True, False]])), "got a bool array"),
+    (dict(request_ids=[-1]), r"request_ids must be integers in \[0, "
+     r"2\*\*31\), got -1; ids are never wrapped"),
+    (dict(request_ids=[2**32 - 1]), r"in \[0, 2\*\*31\), got 4294967295"),
+    (dict(request_ids=[2**63 - 1]), r"got 9223372036854775807"),
+    (dict(pad_to=-5), r"pad_to must be None or an integer >= 1 \(the minimum"
+     r" padded prompt width\), got -5"),
+    (dict(pad_to=2.5), "pad_to must be None or an integer >= 1"),
+    (dict(eos_id=999), r"eos_id must be a token id in \[0, 64\) \(the "
+     r"verifier's vocabulary\) or None \(never stop early\), got 999"),
+    (dict(pad_id=-1), r"pad_id must be a token id in \[0, 64\) \(the "
+     r"verifier's vocabulary\), got -1"),
 ])
 def test_bad_inputs_are_clear_errors_before_anything_runs(kw, match):
   d, v, qp, pp = tiny_pair("gemma")
@@ -142,3 +157,14 @@ def test_bad_inputs_are_clear_errors_before_anything_runs(kw, match):
   with pytest.raises(ValueError, match=match):
     decoding.generate(decoding.make_method("spec_decode"), d, v, qp, pp,
                       **kw)
+
+
+def test_params_of_the_wrong_model_name_the_model():
+  """Issue 43: was a Flax scope error naming no model."""
+  d, v, qp, pp = tiny_pair("gemma")
+  with pytest.raises(ValueError, match=(
+      r"the drafter's params do not fit the drafter model GemmaModel \([0-9]+ "
+      r"ids, [0-9]+ decoder layers, [0-9,]+ parameters\): GemmaModel params "
+      r".*; pass the params loaded with this model")):
+    decoding.generate(decoding.make_method("spec_decode"), d, v,
+                      {"embedder": qp["embedder"]}, pp, [[2, 5]])

@@ -32,10 +32,45 @@ def test_malformed_topologies(parents, match):
     (lambda: Topology.kary(0, 2),
      "k-ary trees need k >= 1 and depth >= 1, got k=0, depth=2"),
     (lambda: Topology.chain(0), "gamma must be an integer >= 1, got 0"),
+    # Issue 43: each of these became some other tree before.
+    (lambda: Topology((-1, 0.7)), r"parents must be integers \(-1 = the "
+     r"root\), got 0.7 \(float\) for node 1; parent indices are never "
+     r"converted"),
+    (lambda: Topology(("-1", "0")), r"got '-1' \(str\) for node 0"),
+    (lambda: Topology((-1, True)), r"got True \(bool\) for node 1"),
+    (lambda: Topology("-10"), "parents must be a sequence of integer node "
+     "indices"),
+    (lambda: Topology.from_paths([[0], [0], [1]]),
+     r"path \[0\] is given twice; every node has one path"),
+    (lambda: Topology.from_paths([[-1]]),
+     r"path \[-1\]: ranks must be integers >= 0 \(0 = the first child\), "
+     r"got -1"),
+    (lambda: Topology.from_paths([[0.5]]), "ranks must be integers >= 0 "
+     r"\(0 = the first child\), got 0.5"),
+    (lambda: Topology.from_paths([[0], [2]]),
+     r"path \[2\] has no elder sibling \[1\]: the ranks of a node's "
+     r"children must be 0, 1, 2, ... without gaps"),
+    (lambda: Topology.from_widths([[2], [1, -1]]), "child counts must be "
+     r"integers >= 0, got -1 at depth 1: \[1, -1\]"),
+    (lambda: Topology.from_widths([[1.5]]), "got 1.5 at depth 0"),
+    (lambda: Topology.kary(2.0, 2), "k-ary trees need k >= 1"),
+    # Size limits, counted before anything is built (no 66 GiB mask).
+    (lambda: Topology.kary(64, 3), r"Topology.kary\(64, 3\) has 266,304 "
+     r"nodes, more than the limit of 4,096 \(topology.MAX_NODES\)"),
+    (lambda: Topology.kary(2, 30), "has 2,147,483,646 nodes, more than the "
+     "limit of 4,096"),
+    (lambda: Topology.from_widths([[5000]]), "the tree of these widths has "
+     "5,000 nodes"),
+    (lambda: Topology(tuple(range(-1, 4999))), "the tree has 5,000 nodes"),
 ])
 def test_bad_topology_constructors(build, match):
   with pytest.raises(ValueError, match=match):
     build()
+
+
+def test_the_largest_tree_builds():
+  topo = Topology.from_widths([[4096]])
+  assert topo.num_nodes == 4096 and topo.block_mask().nbytes == 4097 ** 2
 
 
 def test_bad_tree_objects():

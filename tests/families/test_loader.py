@@ -46,6 +46,31 @@ def test_missing_assets_say_how_to_build_them(tmp_path):
     dm.metadata(str(tmp_path))
 
 
+@needs_assets
+def test_damaged_asset_copies_are_errors_naming_the_file(tmp_path):
+  """Issue 43: a copy missing medium/config.json loaded as 2 levels; a
+  truncated metadata.json gave a JSONDecodeError naming no file."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  src = os.path.join(dm.ASSETS, "gemma_completion")
+  dst = tmp_path / "gemma_completion"
+  shutil.copytree(src, dst)
+  meta = open(os.path.join(dm.ASSETS, dm.METADATA), encoding="utf-8").read()
+  (tmp_path / dm.METADATA).write_text(meta[:len(meta) // 2])
+  with pytest.raises(ValueError, match=(
+      f"{tmp_path}/metadata.json is not valid JSON .*; the file is truncated "
+      f"or corrupt")):
+    dm.metadata(str(tmp_path))
+  (tmp_path / dm.METADATA).write_text(meta)
+  os.remove(dst / "medium" / "config.json")
+  with pytest.raises(ValueError, match=(
+      f"the default pair 'gemma_completion' has an incomplete medium model "
+      f"\\({dst}/medium/config.json is missing\\); restore it from the "
+      f"package, or delete {dst}/medium to use the 2-level pair")):
+    dm.load("gemma_completion", assets=str(tmp_path))
+  shutil.rmtree(dst / "medium")  # a 2-level copy is legitimate
+  assert len(dm.load("gemma_completion", assets=str(tmp_path)).levels()) == 2
+
+
 def test_examples_are_deterministic_and_split_by_file():
   first = dm.examples("t5_codegen", "test", limit=5)
   assert first == dm.examples("t5_codegen", "test", limit=5)

@@ -99,6 +99,14 @@ def _run(bindings):
     (["PLANNER = 'greedy'"], "planner must be 'auto', 'brute' or 'dp'"),
     (["MAX_BUFFER = 0"], "max_buffer must be an integer >= 1, got 0"),
     (["MAX_DEPTH = 0"], "max_depth must be an integer >= 1, got 0"),
+    (["MAX_BUFFER = 100000"], "max_buffer must be an integer in \\[1, 64\\] "
+     "\\(planner.MAX_BUFFER\\), got 100000"),
+    (["MAX_BUFFER = 64", "PLANNER = 'dp'",
+      "CANDIDATES = [%DRAFTER, 'exit:1']"], "this search would evaluate "
+     "131,200 hierarchies, more than 100,000 \\(planner.MAX_EVALUATIONS\\);"
+     " lower max_buffer, max_depth or the number of candidates"),
+    (["OUTPUT = '/etc/hostname/plan.gin'"], "cannot write OUTPUT "
+     "/etc/hostname/plan.gin: /etc/hostname is a file"),
     (["INPUT_FILE = '/nonexistent/requests.jsonl'"],
      "input file not found: /nonexistent/requests.jsonl"),
 ])

@@ -47,3 +47,34 @@ def test_tree_spec_needs_exactly_one_shape():
     main.tree_spec(kary=(2, 2), chain=3)
   tree = main.tree_spec(paths=[[0], [1], [0, 0]], proposal="top_k")
   assert tree == decoding.Tree(decoding.Topology((-1, -1, 0)), "top_k")
+
+
+@pytest.mark.parametrize("bindings,match", [
+    (["MAX_NODES = 5000"], "max_nodes must be an integer <= 1,024 \\(the tree "
+     "planner's bound, tree_shape.MAX_PLAN_NODES\\), got 5000"),
+    (["MAX_DEPTH = 100"], "max_depth must be an integer <= 64"),
+    (["MAX_NODES = 1000", "MAX_DEPTH = 64"], "64,000 tree budgets to cost, "
+     "more than 16,384"),
+    (["OUTPUT = '/etc/hostname/tree.gin'"], "cannot write OUTPUT "
+     "/etc/hostname/tree.gin: /etc/hostname is a file, not a directory"),
+    (["include 'methods/lossy_greedy.gin'", "TEMPERATURE = 0.7"],
+     "LossyGreedy is a greedy method; use sampling=Greedy\\(\\) or "
+     "temperature 0"),
+])
+def test_bad_plan_tree_input_fails_before_calibration(bindings, match,
+                                                      monkeypatch):
+  """Issue 43: bounds, OUTPUT and greedy-only are checked up front."""
+  from specdec_jax.decoding import planners  # pylint: disable=g-import-not-at-top
+  def fail(*args, **kwargs):
+    raise AssertionError("calibration ran")
+  monkeypatch.setattr(planners, "calibrate", fail)
+  main.parse_gin(["runs/plan_tree.gin", "pairs/tiny_random.gin"], bindings)
+  with pytest.raises(ValueError, match=match):
+    main.run()
+
+
+def test_huge_gin_trees_are_refused_before_building():
+  """Issue 43: tree_spec.kary=(2, 30) was killed by the OOM killer."""
+  with pytest.raises(ValueError, match="Topology.kary\\(2, 30\\) has "
+                     "2,147,483,646 nodes, more than the limit of 4,096"):
+    main.tree_spec(kary=(2, 30))

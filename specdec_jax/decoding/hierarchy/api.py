@@ -152,6 +152,7 @@ def generate_hierarchy(levels: Sequence, buffers: Sequence[int],
       request_ids=request_ids, pad_to=pad_to, mesh=mesh)
   if eos_id == "auto":
     eos_id = getattr(verifier, "eos_id", None)
+  inputs_lib.check_special_ids(eos_id, pad_id, verifier.vocab_size)
   if stack.context_width(width, max_new) >= inputs_lib.MAX_POSITIONS:
     raise ValueError("prompt + max_new_tokens + buffers exceed int32 "
                      "positions; ask for fewer tokens")

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from typing import Callable, Sequence
 
 import numpy as np
@@ -109,6 +110,41 @@ def check_inputs(alpha, cost: Callable[[int, int], float], n: int) -> None:
         f"{costs[i - 1]:.3g}; reorder the candidates")
 
 
+MAX_BUFFER = 64
+"""The largest buffer the planner searches (one level's batch of tokens)."""
+MAX_EVALUATIONS = 100_000
+"""Latency evaluations a search may make (each is a few microseconds to a
+millisecond of Python; 100k is about a minute at worst)."""
+
+
+def search_size(n: int, max_buffer: int, use_brute: bool, beam: int,
+                max_depth: int | None) -> int:
+  """Latency evaluations :func:`brute` or :func:`dp` will make (counted
+  before searching)."""
+  drafters = n - 1
+  depth = min(drafters, max_depth or drafters)
+  if use_brute:
+    return sum(math.comb(drafters, k) * max_buffer ** k
+               for k in range(1, depth + 1))
+  return drafters * max_buffer * (1 + drafters * max_buffer * beam)
+
+
+def check_search(n: int, max_buffer: int, use_brute: bool, beam: int,
+                 max_depth: int | None) -> None:
+  """Refuses a search beyond the documented bounds, before it starts."""
+  if isinstance(max_buffer, bool) or not isinstance(max_buffer, int) or (
+      not 1 <= max_buffer <= MAX_BUFFER):
+    raise ValueError(f"max_buffer must be an integer in [1, {MAX_BUFFER}] "
+                     f"(planner.MAX_BUFFER), got {max_buffer!r}")
+  size = search_size(n, max_buffer, use_brute, beam, max_depth)
+  if size > MAX_EVALUATIONS:
+    raise ValueError(f"this search would evaluate {size:,} hierarchies, more "
+                     f"than {MAX_EVALUATIONS:,} (planner.MAX_EVALUATIONS); "
+                     f"lower max_buffer, max_depth or the number of "
+                     f"candidates" + ("" if not use_brute else
+                                      ", or use method='dp'"))
+
+
 def brute(alpha, cost, n: int, max_buffer: int,
           max_depth: int | None = None) -> list[Candidate]:
   """Every hierarchy (ordered subsets, buffers 1..max_buffer), best first."""
@@ -189,6 +225,7 @@ def plan(alpha, cost: Callable[[int, int], float], max_buffer: int = 8,
                      f"{method!r}")
   use_brute = method == "brute" or (method == "auto" and
                                     n - 1 <= brute_force_limit)
+  check_search(n, max_buffer, use_brute, beam, max_depth)
   ranked = (brute(alpha, cost, n, max_buffer, max_depth) if use_brute else
             dp(alpha, cost, n, max_buffer, beam, max_depth))
   single = min((c for c in ranked if len(c.chain) == 1),

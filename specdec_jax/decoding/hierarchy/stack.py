@@ -12,6 +12,7 @@ import jax.numpy as jnp
 from flax import struct
 from jax import lax
 
+from specdec_jax.decoding import budget
 from specdec_jax.decoding.loops.state import Stream
 from specdec_jax.decoding.rules.knobs import Static
 
@@ -52,7 +53,8 @@ class Stack:
 
   def context_width(self, prompt_width: int, max_new: int) -> int:
     """Slots of ``ctx`` and of every cache."""
-    return prompt_width + max_new + self.bound(self.depth - 1) + self.lag + 2
+    return budget.capacity(prompt_width, max_new,
+                           self.bound(self.depth - 1) + self.lag)
 
 
 @struct.dataclass

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from specdec_jax.decoding import budget
 from specdec_jax.decoding.rules.knobs import Static
 from specdec_jax.decoding.rules.sampling import Temperature
 from specdec_jax.decoding.verify.topology import Topology
@@ -66,8 +67,9 @@ def rule_knobs(knobs: dict) -> dict:
 
 
 def capacity(prompt_width: int, cfg: LoopConfig, chunk: int = 0) -> int:
-  """Cache slots: prompt + new tokens + block + 1 of slack (+ a chunk)."""
-  return prompt_width + cfg.max_new + cfg.topology.num_nodes + 2 + chunk
+  """Cache slots of ``cfg`` (the one formula: ``budget.capacity``)."""
+  return budget.capacity(prompt_width, cfg.max_new, cfg.topology.num_nodes,
+                         chunk)
 
 
 @struct.dataclass
