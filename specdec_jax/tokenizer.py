@@ -28,7 +28,9 @@ class Tokenizer:
   """A SentencePiece model plus the special-id conventions of a family.
 
   Args:
-    model: path to a ``.model`` file or its serialized bytes.
+    model: path to a ``.model`` file or its serialized bytes, or a GGUF
+      file (path or bytes; its SentencePiece vocabulary is rebuilt from
+      ``tokenizer.ggml.*``, see ``checkpoints/gguf.py``).
     family: 't5' or 'gemma' (which special ids to expect).
     extra_ids: T5 sentinel ids appended after the pieces (100 for the
       public T5 vocabulary; 0 for Gemma).
@@ -41,8 +43,13 @@ class Tokenizer:
     if isinstance(model, (str, os.PathLike)):
       if not os.path.isfile(model):
         raise ValueError(f"SentencePiece model {model!r} does not exist")
-      with open(model, "rb") as f:
-        model = f.read()
+      if str(model).endswith(".gguf"):
+        model = _gguf_proto(str(model))
+      else:
+        with open(model, "rb") as f:
+          model = f.read()
+    if bytes(model[:4]) == b"GGUF":
+      model = _gguf_proto(bytes(model))
     self._proto = bytes(model)
     self._sp = spm.SentencePieceProcessor()
     try:
@@ -138,6 +145,19 @@ class Tokenizer:
     """Writes the SentencePiece model (``.model``) to ``path``."""
     with open(path, "wb") as f:
       f.write(self._proto)
+
+
+def _gguf_proto(model: str | bytes) -> bytes:
+  """Serialized SentencePiece model of a GGUF file (path or its bytes)."""
+  # pylint: disable=g-import-not-at-top  (gguf is an optional dependency)
+  import tempfile
+  from specdec_jax.checkpoints import gguf
+  if isinstance(model, str):
+    return gguf.tokenizer_proto(gguf.open_gguf(model))
+  with tempfile.NamedTemporaryFile(suffix=".gguf") as f:
+    f.write(model)
+    f.flush()
+    return gguf.tokenizer_proto(gguf.open_gguf(f.name))
 
 
 def check_same_vocabulary(drafter: Tokenizer, verifier: Tokenizer) -> None:

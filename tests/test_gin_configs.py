@@ -18,6 +18,12 @@ REQUIRED = [  # values for the REQUIRED macros of the real-model files
     "GEMMA2_2B_CHECKPOINT = '/ckpt/g2_2b'",
     "GEMMA2_9B_CHECKPOINT = '/ckpt/g2_9b'",
     "GEMMA2_27B_CHECKPOINT = '/ckpt/g2_27b'",
+    "GEMMA3_TOKENIZER = '/path/gemma3.model'",
+    "GEMMA3_270M_CHECKPOINT = '/ckpt/g3_270m.gguf'",
+    "GEMMA3_1B_CHECKPOINT = '/ckpt/g3_1b'",
+    "GEMMA3_4B_CHECKPOINT = '/ckpt/g3_4b'",
+    "GEMMA3_12B_CHECKPOINT = '/ckpt/g3_12b'",
+    "GEMMA3_27B_CHECKPOINT = '/ckpt/g3_27b'",
 ]
 
 

@@ -39,8 +39,9 @@ SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 _SHARD = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
 _T5_TYPES = ("t5", "mt5")
-_GEMMA_TYPES = ("gemma", "gemma2")
-_GEMMA_ARCH = {"gemma": "GemmaForCausalLM", "gemma2": "Gemma2ForCausalLM"}
+_GEMMA_TYPES = ("gemma", "gemma2", "gemma3_text")
+_GEMMA_ARCH = {"gemma": "GemmaForCausalLM", "gemma2": "Gemma2ForCausalLM",
+               "gemma3_text": "Gemma3ForCausalLM"}
 _DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16",
            "BF16": "bfloat16", "F8_E4M3": "float8_e4m3fn",
            "F8_E5M2": "float8_e5m2", "I64": "int64", "I32": "int32",

@@ -85,11 +85,17 @@ def t5_config_to_hf(cfg: T5Config) -> dict[str, Any]:
 
 
 def gemma_config_from_hf(hf: Mapping[str, Any], **overrides) -> GemmaConfig:
-  """Gemma 1 / Gemma 2 config from an HF ``config.json`` dict."""
+  """Gemma 1 / 2 / 3 config from an HF ``config.json`` dict.
+
+  A Gemma 3 multimodal config ('gemma3') is read through its text_config.
+  """
   model_type = hf.get("model_type", "gemma")
-  if model_type not in ("gemma", "gemma2"):
+  if model_type == "gemma3":
+    hf = {"model_type": "gemma3_text", **hf.get("text_config", {})}
+    model_type = "gemma3_text"
+  if model_type not in ("gemma", "gemma2", "gemma3_text"):
     raise ValueError(f"unsupported model_type {model_type!r}; expected "
-                     f"'gemma' or 'gemma2'")
+                     f"'gemma', 'gemma2' or 'gemma3_text'")
   n_layers = hf["num_hidden_layers"]
   kw = dict(
       vocab_size=hf["vocab_size"], d_model=hf["hidden_size"],
@@ -115,13 +121,46 @@ def gemma_config_from_hf(hf: Mapping[str, Any], **overrides) -> GemmaConfig:
         attn_logit_softcap=hf.get("attn_logit_softcapping", 50.0),
         final_logit_softcap=hf.get("final_logit_softcapping", 30.0),
         use_post_attn_norm=True, use_post_ffw_norm=True)
+  if model_type == "gemma3_text":
+    kw.update(_gemma3_kw_from_hf(hf, n_layers))
   kw.update(overrides)
   return GemmaConfig(**kw)
+
+
+def _gemma3_kw_from_hf(hf: Mapping[str, Any], n_layers: int) -> dict:
+  """GemmaConfig fields of an HF gemma3_text config."""
+  types = hf.get("layer_types") or [
+      "full_attention" if (i + 1) % hf.get("sliding_window_pattern", 6) == 0
+      else "sliding_attention" for i in range(n_layers)]
+  rope = hf.get("rope_parameters") or {}
+  glob = rope.get("full_attention") or {}
+  local = rope.get("sliding_attention") or {}
+  scaling = hf.get("rope_scaling") or glob
+  factor = 1.0
+  if scaling.get("rope_type", "default") == "linear":
+    factor = float(scaling.get("factor", 1.0))
+  elif scaling.get("rope_type", "default") != "default":
+    raise ValueError(f"unsupported Gemma 3 rope_type "
+                     f"{scaling.get('rope_type')!r}; expected 'default' or "
+                     f"'linear'")
+  return dict(
+      attention_types=tuple(LOCAL if t == "sliding_attention" else GLOBAL
+                            for t in types),
+      sliding_window=hf.get("sliding_window", 4096),
+      query_pre_attn_scalar=float(hf.get("query_pre_attn_scalar", 256)),
+      attn_logit_softcap=hf.get("attn_logit_softcapping"),
+      final_logit_softcap=hf.get("final_logit_softcapping"),
+      use_qk_norm=True, use_post_attn_norm=True, use_post_ffw_norm=True,
+      rope_base=float(glob.get("rope_theta", hf.get("rope_theta", 1e6))),
+      local_rope_base=float(local.get(
+          "rope_theta", hf.get("rope_local_base_freq", 10_000.0))),
+      rope_scale_factor=factor)
 
 
 def gemma_config_to_hf(cfg: GemmaConfig) -> tuple[str, dict[str, Any]]:
   """(model_type, HF config kwargs) for a Gemma config."""
   gemma2 = cfg.use_post_ffw_norm
+  gemma3 = cfg.use_qk_norm
   kw = dict(
       vocab_size=cfg.vocab_size, hidden_size=cfg.d_model,
       intermediate_size=cfg.mlp_dim, num_hidden_layers=cfg.num_layers,
@@ -139,6 +178,19 @@ def gemma_config_to_hf(cfg: GemmaConfig) -> tuple[str, dict[str, Any]]:
                      for t in cfg.attention_types],
         attn_logit_softcapping=cfg.attn_logit_softcap,
         final_logit_softcapping=cfg.final_logit_softcap)
+  if gemma3:
+    glob = {"rope_type": "default", "rope_theta": cfg.rope_base}
+    if cfg.rope_scale_factor != 1.0:
+      glob = {"rope_type": "linear", "rope_theta": cfg.rope_base,
+              "factor": cfg.rope_scale_factor}
+    qs = cfg.query_pre_attn_scalar
+    kw.update(query_pre_attn_scalar=int(qs) if float(qs).is_integer() else qs,
+              rope_parameters={
+        "full_attention": glob,
+        "sliding_attention": {"rope_type": "default", "rope_theta":
+                              cfg.local_rope_base or cfg.rope_base}},
+              max_position_embeddings=32768)
+    return "gemma3_text", kw
   return ("gemma2" if gemma2 else "gemma"), kw
 
 
@@ -248,15 +300,17 @@ def t5_params_to_hf(params: Mapping[str, Any], cfg: T5Config) -> StateDict:
 
 
 def _gemma_norms(cfg: GemmaConfig):
-  """(our norm name, HF norm name) per layer, Gemma 1 vs Gemma 2."""
+  """(our norm name, HF norm name) per layer, Gemma 1 vs Gemma 2 / 3."""
+  qk = ([("attn/query_norm", "self_attn.q_norm"),
+         ("attn/key_norm", "self_attn.k_norm")] if cfg.use_qk_norm else [])
   if cfg.use_post_ffw_norm:
-    return [("pre_attention_norm", "input_layernorm"),
-            ("post_attention_norm", "post_attention_layernorm"),
-            ("pre_ffw_norm", "pre_feedforward_layernorm"),
-            ("post_ffw_norm", "post_feedforward_layernorm")]
+    return qk + [("pre_attention_norm", "input_layernorm"),
+                 ("post_attention_norm", "post_attention_layernorm"),
+                 ("pre_ffw_norm", "pre_feedforward_layernorm"),
+                 ("post_ffw_norm", "post_feedforward_layernorm")]
   # Gemma 1 HF calls the pre-FFW norm "post_attention_layernorm".
-  return [("pre_attention_norm", "input_layernorm"),
-          ("pre_ffw_norm", "post_attention_layernorm")]
+  return qk + [("pre_attention_norm", "input_layernorm"),
+               ("pre_ffw_norm", "post_attention_layernorm")]
 
 
 def _in_proj(w: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -340,12 +394,12 @@ def gemma_rules_to_hf(cfg: GemmaConfig) -> list[Rule]:
 
 
 def gemma_params_from_hf(sd: Mapping[str, Any], cfg: GemmaConfig) -> dict:
-  """HF Gemma/Gemma2ForCausalLM state dict -> our nested params."""
+  """HF Gemma/Gemma2/Gemma3ForCausalLM state dict -> our nested params."""
   return unflatten_params(apply_rules(gemma_rules_from_hf(cfg), sd))
 
 
 def gemma_params_to_hf(params: Mapping[str, Any], cfg: GemmaConfig) -> StateDict:
-  """Our Gemma params -> HF Gemma/Gemma2ForCausalLM state dict."""
+  """Our Gemma params -> HF Gemma/Gemma2/Gemma3ForCausalLM state dict."""
   sd = apply_rules(gemma_rules_to_hf(cfg), flatten_params(params), "params")
   for alias, name in GEMMA_HF_TIED.items():
     sd[alias] = sd[name]

@@ -45,7 +45,8 @@ import os
 from etils import epath
 
 from specdec_jax import models
-from specdec_jax.checkpoints import checksums, gemma_official, hf, native, t5x
+from specdec_jax.checkpoints import (checksums, gemma_official, gguf, hf,
+                                     native, t5x)
 from specdec_jax.checkpoints.leaves import (  # re-exported
     Index, Leaf, OrbaxReader, PROGRESS_BYTES, ShardingArg, ShardingFn,
     leaf_sharding, orbax_leaves, read_leaf, resolve_model, restore,
@@ -67,6 +68,8 @@ def detect_format(path: str) -> str:
     ValueError for a missing or empty path, a PyTorch .bin checkpoint, or a
     directory that holds no known checkpoint.
   """
+  if str(path).endswith(".gguf"):  # GGUF (llama.cpp): checkpoints/gguf.py
+    return "gguf"
   p = epath.Path(path)
   if not p.exists():
     raise ValueError(f"checkpoint path {str(path)!r} does not exist")
@@ -153,6 +156,9 @@ def load(path: str, model=None, *,
   Returns:
     (model, params).
   """
+  if str(path).endswith(".gguf"):  # GGUF (llama.cpp): gguf.py
+    return gguf.load_gguf(path, model, dtype=dtype, sharding=sharding,
+                          progress=progress)
   check = dict(verify_checksums=verify_checksums, check_values=check_values)
   fmt = detect_format(path) if format == "auto" else format
   if fmt not in FORMATS + ("t5x_tf",):

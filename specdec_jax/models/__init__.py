@@ -7,6 +7,7 @@ import dataclasses
 from specdec_jax.models.base import FlaxDecodeModel, early_exit
 from specdec_jax.models.cache import KVCache, LayerKV
 from specdec_jax.models.gemma import GEMMA_PRESETS, GemmaConfig, GemmaModel
+from specdec_jax.models.ngram import NgramModel
 from specdec_jax.models.interface import (DecodeModel, Encoded,
                                           EncoderDecoderModel,
                                           check_decode_model, check_params,
@@ -47,7 +48,7 @@ def get_model(name: str, **overrides) -> T5Model | GemmaModel:
 
 __all__ = [
     "DecodeModel", "Encoded", "EncoderDecoderModel", "FlaxDecodeModel", "GemmaConfig", "GemmaModel",
-    "KVCache", "LayerKV", "PRESETS", "T5Config", "T5Model",
+    "KVCache", "LayerKV", "NgramModel", "PRESETS", "T5Config", "T5Model",
     "check_decode_model", "check_params", "check_tokens", "early_exit",
     "flatten_params", "get_model", "model_from_config", "unflatten_params",
 ]

@@ -1,10 +1,14 @@
-"""Gemma 1 and Gemma 2 decoder-only transformers.
+"""Gemma 1, 2 and 3 decoder-only transformers.
 
 RoPE, MHA/MQA/GQA, RMSNorm with ``(1 + scale)``, input embedding scaled by
 sqrt(d), output tied to the input embedding, GeGLU MLP. Gemma 2 adds the
 attention-logit soft cap (50), final-logit soft cap (30), alternating local
 sliding-window (layer 0 local) and global layers, a configurable query
 pre-attention scalar (27B: d / heads) and post-attention / post-FFW norms.
+Gemma 3 keeps Gemma 2's four norms, drops both soft caps, adds an RMSNorm of
+queries and keys over head_dim before RoPE (QK-norm), runs 5 local : 1 global
+layers with RoPE base 10k on local and 1M on global layers (global positions
+divided by 8 on 4B/12B/27B).
 
 Parameters. Every kernel keeps its contracted axes first and its output axes
 last, so each projection is one matmul that reads the weight in place (the
@@ -19,6 +23,8 @@ checkpoint readers convert from the official layout (right column):
     layer_{i}/attn/kv/kernel         [d, 2, kv_heads, head_dim] <- kv_einsum/w
                                                             [2,K,d,H] (qkv[1:])
     layer_{i}/attn/out/kernel        [heads, head_dim, d] = attn_vec_einsum/w
+    layer_{i}/attn/query_norm/scale  [head_dim]  (Gemma 3) = _query_norm
+    layer_{i}/attn/key_norm/scale    [head_dim]  (Gemma 3) = _key_norm
     layer_{i}/post_attention_norm/scale [d]  (Gemma 2)    = same
     layer_{i}/pre_ffw_norm/scale     [d]                  = same
     layer_{i}/mlp/gating/kernel      [d, 2, mlp]          <- gating_einsum [2,d,F]
@@ -84,9 +90,16 @@ class Kernel(nn.Module):
 
 
 class Attention(nn.Module):
-  """Gemma attention with RoPE, GQA, optional soft cap (window via mask)."""
+  """Gemma attention with RoPE, GQA, optional soft cap / QK-norm (window via
+  mask).
+
+  Attributes:
+    config: hyperparameters.
+    layer: index of the layer (its RoPE base and scale).
+  """
 
   config: GemmaConfig
+  layer: int = 0
 
   def setup(self):
     cfg = self.config
@@ -96,6 +109,9 @@ class Attention(nn.Module):
     self.kv = Kernel((d, 2, k, h), ("embed", "stack", "kv_heads", "head_dim"),
                      1, dt, pdt)
     self.out = Kernel((n, h, d), ("heads", "head_dim", "embed"), 2, dt, pdt)
+    if cfg.use_qk_norm:
+      self.query_norm = _norm(cfg, axis_name="head_dim")
+      self.key_norm = _norm(cfg, axis_name="head_dim")
 
   def __call__(self, x, positions, mask, layer_cache: LayerKV | None,
                lengths):
@@ -116,8 +132,11 @@ class Attention(nn.Module):
     q = self.q(x)  # 'BTD,DNH->BTNH'
     kv = self.kv(x)  # 'BTD,DCKH->BTCKH'
     k, v = kv[:, :, 0], kv[:, :, 1]
-    q = apply_rope(q, positions, cfg.rope_base)
-    k = apply_rope(k, positions, cfg.rope_base)
+    if cfg.use_qk_norm:
+      q, k = self.query_norm(q), self.key_norm(k)  # over head_dim
+    base, scale = cfg.rope(self.layer)
+    q = apply_rope(q, positions, base, scale)
+    k = apply_rope(k, positions, base, scale)
     q = q * jnp.asarray(cfg.query_pre_attn_scalar**-0.5, q.dtype)
     if layer_cache is None:
       kv = LayerKV(k=k, v=v)
@@ -144,18 +163,20 @@ class FeedForward(nn.Module):
     return Kernel((f, d), ("mlp", "embed"), 1, dt, pdt, name="linear")(h)
 
 
-def _norm(cfg: GemmaConfig, name=None) -> RMSNorm:
+def _norm(cfg: GemmaConfig, name=None, axis_name="embed") -> RMSNorm:
   return RMSNorm(eps=cfg.norm_eps, plus_one=True, dtype=dtype_of(cfg.dtype),
-                 param_dtype=dtype_of(cfg.param_dtype), name=name)
+                 param_dtype=dtype_of(cfg.param_dtype), name=name,
+                 axis_name=axis_name)
 
 
 class Block(nn.Module):
   config: GemmaConfig
+  layer: int = 0
 
   def setup(self):
     cfg = self.config
     self.pre_attention_norm = _norm(cfg)
-    self.attn = Attention(cfg)
+    self.attn = Attention(cfg, self.layer)
     if cfg.use_post_attn_norm:
       self.post_attention_norm = _norm(cfg)
     self.pre_ffw_norm = _norm(cfg)
@@ -192,7 +213,7 @@ class GemmaModule(nn.Module):
   def setup(self):
     cfg = self.config
     self.embedder = Embedder(cfg)
-    self.layers = [Block(cfg, name=f"layer_{i}")
+    self.layers = [Block(cfg, i, name=f"layer_{i}")
                    for i in range(cfg.num_layers)]
     self.final_norm = _norm(cfg)
 
@@ -275,7 +296,7 @@ class Embedder(nn.Module):
 
 @dataclasses.dataclass(frozen=True)
 class GemmaModel(FlaxDecodeModel):
-  """Gemma 1 / 2 behind the decode interface (see ``models/interface.py``).
+  """Gemma 1 / 2 / 3 behind the decode interface (see ``models/interface.py``).
 
   Attributes:
     config: hyperparameters.
@@ -303,8 +324,9 @@ class GemmaModel(FlaxDecodeModel):
   @classmethod
   def axes_examples(cls) -> tuple["GemmaModel", ...]:
     """Small models holding every kind of Gemma parameter (Gemma 2 has the
-    post-attention / post-FFW norms on top of Gemma 1's)."""
-    return (cls(GEMMA_PRESETS["gemma2_tiny"]), cls(GEMMA_PRESETS["gemma_tiny"]))
+    post-attention / post-FFW norms on top of Gemma 1's, Gemma 3 the QK-norm)."""
+    return (cls(GEMMA_PRESETS["gemma3_tiny"]), cls(GEMMA_PRESETS["gemma2_tiny"]),
+            cls(GEMMA_PRESETS["gemma_tiny"]))
 
   def encode(self, params, inputs):
     raise ValueError("Gemma is decoder-only: it has no encoder; put the prompt "

@@ -70,19 +70,22 @@ class RMSNorm(nn.Module):
       otherwise T5 style ``x * scale`` with scale initialised at 1.
     dtype: output dtype.
     param_dtype: dtype of the scale parameter.
+    axis_name: logical name of the normalised axis (Gemma 3's QK-norm:
+      'head_dim').
   """
 
   eps: float = 1e-6
   plus_one: bool = False
   dtype: jnp.dtype = jnp.float32
   param_dtype: jnp.dtype = jnp.float32
+  axis_name: str = "embed"
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
     """[..., D] -> [..., D]."""
     init = nn.initializers.zeros if self.plus_one else nn.initializers.ones
     scale = param_with_axes(self, "scale", init, (x.shape[-1],),
-                            self.param_dtype, ("embed",))
+                            self.param_dtype, (self.axis_name,))
     x32 = x.astype(jnp.float32)
     var = jnp.mean(jnp.square(x32), axis=-1, keepdims=True)
     y = x32 * jax.lax.rsqrt(var + self.eps)
@@ -99,7 +102,8 @@ def soft_cap(x: jax.Array, cap: float | None) -> jax.Array:
 
 
 def apply_rope(
-    x: jax.Array, positions: jax.Array, base: float = 10_000.0
+    x: jax.Array, positions: jax.Array, base: float = 10_000.0,
+    scale: float = 1.0,
 ) -> jax.Array:
   """Rotary position embedding, half-split convention (Gemma / HF).
 
@@ -107,6 +111,7 @@ def apply_rope(
     x: [batch, seq, heads, head_dim].
     positions: [batch, seq] int32 absolute positions.
     base: RoPE base frequency.
+    scale: linear scaling: positions are divided by it (Gemma 3 global).
 
   Returns:
     [batch, seq, heads, head_dim], same dtype as ``x``.
@@ -114,7 +119,10 @@ def apply_rope(
   half = x.shape[-1] // 2
   freq = 2.0 * jnp.arange(half, dtype=jnp.float32) / x.shape[-1]
   timescale = base**freq  # [half]
-  angle = positions[..., None].astype(jnp.float32) / timescale  # [B, S, half]
+  pos = positions.astype(jnp.float32)
+  if scale != 1.0:
+    pos = pos / scale
+  angle = pos[..., None] / timescale  # [B, S, half]
   angle = angle[:, :, None, :]  # [B, S, 1, half]
   sin, cos = jnp.sin(angle), jnp.cos(angle)
   x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)

@@ -12,6 +12,7 @@ TINY = {
     "t5": lambda: T5Model(T5_PRESETS["t5_tiny"]),
     "gemma": lambda: GemmaModel(GEMMA_PRESETS["gemma_tiny"]),
     "gemma2": lambda: GemmaModel(GEMMA_PRESETS["gemma2_tiny"]),
+    "gemma3": lambda: GemmaModel(GEMMA_PRESETS["gemma3_tiny"]),
 }
 
 

@@ -47,7 +47,7 @@ def _run_script(model, params, rows_seed, batch, inputs=None):
   return outputs
 
 
-@pytest.mark.parametrize("family", ["t5", "gemma", "gemma2"])
+@pytest.mark.parametrize("family", ["t5", "gemma", "gemma2", "gemma3"])
 def test_cached_blocks_and_rollbacks_match_uncached(family):
   model, params = tiny(family)
   inputs = None

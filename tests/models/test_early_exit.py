@@ -17,6 +17,8 @@ def _base(family):
   if family == "t5":
     return models.T5Model(dataclasses.replace(
         models.PRESETS["t5_tiny"], num_decoder_layers=4))
+  if family == "gemma3":  # 6 layers: 5 local + 1 global
+    return models.get_model("gemma3_tiny")
   name = "gemma_tiny" if family == "gemma" else "gemma2_tiny"
   cfg = models.PRESETS[name]
   return models.GemmaModel(dataclasses.replace(
@@ -37,7 +39,7 @@ def _truncated(model, params, k):
                  if not n.startswith("layer_") or int(n[6:]) < k}
 
 
-@pytest.mark.parametrize("family", ["t5", "gemma", "gemma2"])
+@pytest.mark.parametrize("family", ["t5", "gemma", "gemma2", "gemma3"])
 @pytest.mark.parametrize("k", [1, 3])
 def test_early_exit_equals_a_truncated_model(family, k):
   base = _base(family)

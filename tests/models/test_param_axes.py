@@ -28,6 +28,7 @@ OLD_PARAM_AXES = (
     (r"attn/out/kernel$", ("heads", "head_dim", "embed")),
     (r"mlp/gating/kernel$", ("embed", "stack", "mlp")),
     (r"mlp/linear/kernel$", ("mlp", "embed")),
+    (r"attn/(query|key)_norm/scale$", ("head_dim",)),  # Gemma 3 QK-norm
     (r"(norm|layer_norm)/scale$", ("embed",)),
 )
 

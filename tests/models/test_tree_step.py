@@ -28,13 +28,15 @@ def _model(family):
     return models.get_model("t5_tiny")
   if family == "gemma":
     return models.get_model("gemma_tiny")
+  if family == "gemma3":  # 5 local (window 4) : 1 global, QK-norm
+    return models.get_model("gemma3_tiny")
   cfg = dataclasses.replace(
       models.PRESETS["gemma2_tiny"], num_layers=4, sliding_window=3,
       attention_types=("local", "global") * 2)
   return models.GemmaModel(cfg)
 
 
-@pytest.fixture(scope="module", params=["t5", "gemma", "gemma2"])
+@pytest.fixture(scope="module", params=["t5", "gemma", "gemma2", "gemma3"])
 def setup(request):
   model = _model(request.param)
   params = model.init_params(jax.random.PRNGKey(1))
