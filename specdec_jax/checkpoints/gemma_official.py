@@ -15,13 +15,18 @@ top-level keys are '/'-joined module paths mapping to the module's params
                                             if transpose_gating_einsum)
     'transformer/layer_{i}/mlp/linear'     {'w': [F, d]}
     'transformer/layer_{i}/<norm>'         {'scale': [d]}  pre_attention_norm,
-                  pre_ffw_norm; Gemma 2 also post_attention_norm, post_ffw_norm
+                  pre_ffw_norm; Gemma 2 / 3 also post_attention_norm,
+                  post_ffw_norm
+    'transformer/layer_{i}/attn/_query_norm' {'scale': [H]}  (Gemma 3 QK-norm)
+    'transformer/layer_{i}/attn/_key_norm'   {'scale': [H]}  (Gemma 3 QK-norm)
     'transformer/final_norm'               {'scale': [d]}
 
 The NESTED layout (``gm.ckpts.save_params`` of a ``model.init()`` tree) is the
 same nested by module, without 'transformer/' and without the 'w' level under
 'mlp' (``gm/ckpts/_compat.py``); Kauldron checkpoints hold it under 'params'.
-The STACKED layout (Gemma 3 and later) is not supported.
+Gemma 3 checkpoints in the FLAT / NESTED layout (the ``gm.nn.Gemma3_*``
+parameter tree) are read and written like Gemma 2's plus the QK-norm scales;
+the STACKED layout (``transformer/stacked_layers/...``) is not supported.
 
 Our kernels put the contracted axes first (table in ``models/gemma.py``), so
 the reader transposes each leaf on the host as it is restored.
@@ -72,6 +77,13 @@ def _norms(cfg: GemmaConfig) -> list[str]:
   return names
 
 
+def _qk_norms(cfg: GemmaConfig) -> list[tuple[str, str]]:
+  """(our attn/ name, official attn/ name) of the Gemma 3 QK-norms."""
+  if not cfg.use_qk_norm:
+    return []
+  return [("query_norm", "_query_norm"), ("key_norm", "_key_norm")]
+
+
 def official_shapes(cfg: GemmaConfig, use_qkv: bool) -> dict[str, tuple]:
   """{NESTED name: shape} of every leaf of an official checkpoint."""
   n, k, d, h, f = (cfg.num_heads, cfg.num_kv_heads, cfg.d_model, cfg.head_dim,
@@ -90,6 +102,8 @@ def official_shapes(cfg: GemmaConfig, use_qkv: bool) -> dict[str, tuple]:
                                        else (2, d, f))
     out[f"{lay}/mlp/linear"] = (f, d)
     out.update({f"{lay}/{norm}/scale": (d,) for norm in _norms(cfg)})
+    out.update({f"{lay}/attn/{theirs}/scale": (h,)
+                for _, theirs in _qk_norms(cfg)})
   return out
 
 
@@ -118,6 +132,8 @@ def _import_rules(cfg: GemmaConfig, use_qkv: bool) -> list[_Rule]:
         (f"{lay}/mlp/linear/kernel", (f"{lay}/mlp/linear",), _same)]
     rules += [(f"{lay}/{norm}/scale", (f"{lay}/{norm}/scale",), _same)
               for norm in _norms(cfg)]
+    rules += [(f"{lay}/attn/{ours}/scale", (f"{lay}/attn/{theirs}/scale",),
+               _same) for ours, theirs in _qk_norms(cfg)]
   return rules
 
 
@@ -141,6 +157,8 @@ def _export_rules(cfg: GemmaConfig) -> list[_Rule]:
         (f"{lay}/mlp/linear", (f"{lay}/mlp/linear/kernel",), _same)]
     rules += [(f"{lay}/{norm}/scale", (f"{lay}/{norm}/scale",), _same)
               for norm in _norms(cfg)]
+    rules += [(f"{lay}/attn/{theirs}/scale", (f"{lay}/attn/{ours}/scale",),
+               _same) for ours, theirs in _qk_norms(cfg)]
   return rules
 
 
@@ -166,8 +184,10 @@ def _layout(tree, path: str) -> tuple[str, tuple[str, ...]]:
   """('flat' | 'nested', key prefix of the params) of a checkpoint tree."""
   keys = set(tree)
   if any(k.startswith("transformer/stacked_layers") for k in keys):
-    raise ValueError(f"{path!r} uses the STACKED Gemma layout (Gemma 3 and "
-                     f"later), which is not supported")
+    raise ValueError(f"{path!r} uses the STACKED Gemma layout "
+                     f"('transformer/stacked_layers/...'), which is not "
+                     f"supported; save the parameters in the FLAT or NESTED "
+                     f"layout (per-layer 'layer_N' modules) instead")
   if keys and all(k.startswith("transformer/") for k in keys):
     return "flat", ()
   if keys == {"collections", "opt_state", "params", "step"}:  # Kauldron
@@ -259,7 +279,7 @@ def load_gemma(path: str, model, dtype="bfloat16",
                progress: bool | None = None,
                verify_checksums: bool = True, check_values: bool = True
                ) -> dict:
-  """Restores an official Gemma 1 / Gemma 2 Flax checkpoint into our layout.
+  """Restores an official Gemma 1 / 2 / 3 Flax checkpoint into our layout.
 
   Args:
     path: the Orbax checkpoint directory (holding ``_METADATA``); gs:// is
