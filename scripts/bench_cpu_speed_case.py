@@ -40,9 +40,9 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
-from specdec_jax import decoding, models
+from specdec_jax import decoding, models, timing
+from specdec_jax.eval import results_file
 
 VOCAB = 8192
 # name -> (d_model, layers, heads, mlp); head_dim 64, kv heads = heads.
@@ -108,40 +108,13 @@ def speed_pair(name: str, dtype: str = "float32", drafter_layers: int = 1,
   return drafter, verifier, q, p
 
 
-def block_loop(model, params, k: int, iters: int, context: int = 64):
-  """``timed() -> seconds per k-token step`` of a jitted loop of ``iters``
-  cached steps at batch 1, each rolled back to ``context`` tokens."""
-
-  @jax.jit
-  def run(params, toks):
-    cache = model.init_cache(1, context + k + 8)
-    _, cache = model.step(params, jnp.full((1, context), 5, jnp.int32), cache)
-
-    def body(_, carry):
-      cache, acc = carry
-      logits, new = model.step(params, toks, cache)  # [1, k, V]
-      return new.with_lengths(cache.lengths), acc + logits[:, -1, 0]
-
-    return lax.fori_loop(0, iters, body, (cache, jnp.zeros((1,))))[1]
-
-  toks = jnp.full((1, k), 7, jnp.int32)
-  jax.block_until_ready(run(params, toks))
-
-  def timed():
-    t = time.perf_counter()
-    jax.block_until_ready(run(params, toks))
-    return (time.perf_counter() - t) / iters
-
-  return timed
-
-
 def measure_b(name: str, dtype: str, gamma: int, iters: int,
               repeats: int) -> dict:
   """Step time, block time and b of one verifier size."""
   model = models.GemmaModel(verifier_config(name, dtype))
   params = random_params(model)
-  one = block_loop(model, params, 1, iters)
-  block = block_loop(model, params, gamma + 1, iters)
+  one, block = (timing.step_timer(model, params, 1, k, context=64,
+                                  min_iters=iters) for k in (1, gamma + 1))
   steps, blocks, ratios = [], [], []
   for _ in range(repeats):
     s, b = one(), block()
@@ -274,11 +247,11 @@ def main():
                         args.new_tokens, args.prompts, max(3, args.repeats // 2))
     print(json.dumps(s), flush=True)
     result["speedup"].append(s)
-  os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-  with open(args.out + ".json", "w") as f:
-    json.dump(result, f, indent=1)
-  with open(args.out + ".md", "w") as f:
-    f.write(markdown(result))
+  rows = ([dict(kind="b", **r) for r in result["b"]] +
+          [dict(kind="speedup", **r) for r in result["speedup"]])
+  results_file.write_report(
+      args.out, command=result["command"], markdown=markdown(result),
+      rows=rows, extra=result)
   print(f"wrote {args.out}.json and {args.out}.md")
 
 

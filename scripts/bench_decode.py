@@ -36,10 +36,10 @@ import time
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 import numpy as np
 
-from specdec_jax import decoding, models
+from specdec_jax import decoding, models, timing
+from specdec_jax.eval import results_file
 
 
 def random_pair(family: str):
@@ -102,56 +102,23 @@ def theory(alpha: float, gamma: int, c: float, block: float = 1.0) -> float:
   return eff / (gamma * c + block)
 
 
-def block_loop(model, params, batch, k, iters=32, inputs=None):
-  """A callable that runs ``iters`` verifier blocks of ``k`` tokens in one
-  jitted ``fori_loop``, each followed by a rollback to one new cached token:
-  the verifier's work in one speculative iteration, without per-call
-  dispatch. Returns seconds per block."""
-  enc_in = inputs if inputs is not None else jnp.full((batch, 24), 5,
-                                                      jnp.int32)
-
-  @jax.jit
-  def run(params, toks):
-    enc = model.encode(params, enc_in) if model.is_encoder_decoder else None
-    cache = model.init_cache(batch, 64 + iters + k + 8, enc)
-    _, cache = model.step(params, jnp.full((batch, 32), 5, jnp.int32), cache)
-
-    def body(_, carry):
-      cache, acc = carry
-      logits, cache = model.step(params, toks, cache)
-      return cache.with_lengths(cache.lengths - (k - 1)), acc + logits[:, -1, 0]
-
-    return lax.fori_loop(0, iters, body, (cache, jnp.zeros((batch,))))[1]
-
-  toks = jnp.full((batch, k), 7, jnp.int32)
-  jax.block_until_ready(run(params, toks))
-
-  def timed():
-    t = time.perf_counter()
-    jax.block_until_ready(run(params, toks))
-    return (time.perf_counter() - t) / iters
-  return timed
-
-
 def block_costs(model, params, batch, gammas, repeats, inputs=None):
   """b(gamma) = verifier block of gamma + 1 tokens over a 1-token step,
-  measured in a loop; the two are timed alternately and b is the median of
-  the per-repeat ratios (robust to load drifting on a shared machine).
+  each timed in ``timing.step_timer``'s jitted loop; the two are timed
+  alternately and b is the median of the per-repeat ratios (robust to load
+  drifting on a shared machine).
 
   Returns:
     (step seconds, {gamma: b}).
   """
-  one = block_loop(model, params, batch, 1, inputs=inputs)
-  loops = {g: block_loop(model, params, batch, g + 1, inputs=inputs)
-           for g in gammas}
-  steps, ratios = [], {g: [] for g in gammas}
-  for _ in range(repeats):
-    steps.append(one())
-    for g, loop in loops.items():
-      t1 = one()
-      ratios[g].append(loop() / t1)
-  return statistics.median(steps), {g: statistics.median(r)
-                                    for g, r in ratios.items()}
+  enc_len = 24 if inputs is None else inputs.shape[1]
+  timer = lambda k: timing.step_timer(model, params, batch, k,
+                                      encoder_len=enc_len)
+  one = timer(1)
+  step = timing.medians({"one": one}, repeats)["one"]
+  ratios = timing.paired_ratios({g: timer(g + 1) for g in gammas}, one,
+                                repeats)
+  return step, ratios
 
 
 def decoder(method, pair, prompts, inputs, temp, gamma, new, batch):
@@ -290,15 +257,13 @@ def main():
           print(json.dumps(rows[-1]), flush=True)
       decoding.clear_compiled()
 
-  meta = dict(command="python scripts/bench_decode.py " + " ".join(
-      f"--{k}={v}" for k, v in vars(args).items()),
-              backend=jax.default_backend(),
+  command = "python scripts/bench_decode.py " + " ".join(
+      f"--{k}={v}" for k, v in vars(args).items())
+  meta = dict(command=command, backend=jax.default_backend(),
               cpu=platform.processor() or platform.machine(),
               jax=jax.__version__,
               drafter_params=drafter.num_params(),
               verifier_params=verifier.num_params(), costs=costs)
-  with open(args.out + ".json", "w") as f:
-    json.dump(dict(meta=meta, rows=rows), f, indent=1)
   lines = [
       f"# Decode benchmark: {args.pair}\n",
       f"Command: `{meta['command']}`  ",
@@ -347,8 +312,9 @@ def main():
         f"{fmt('theory', '{:.2f}x')} | {fmt('measured_over_theory', '{:.2f}')}"
         f" | {fmt('theory_block', '{:.2f}x')} | "
         f"{fmt('measured_over_theory_block', '{:.2f}')} |")
-  with open(args.out + ".md", "w") as f:
-    f.write("\n".join(lines) + "\n")
+  results_file.write_report(args.out, command=command,
+                            markdown="\n".join(lines), rows=rows,
+                            meta=meta)
   print("\n".join(lines))
 
 

@@ -62,6 +62,7 @@ from specdec_jax import decoding, models
 from specdec_jax.decoding.hierarchy import latency
 from specdec_jax.decoding.planners import hierarchy_calibration as calib
 from specdec_jax.eval import plan_hierarchy
+from specdec_jax.eval import results_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -262,7 +263,7 @@ def bench_setting(cands, ver, requests, batch, temp, args) -> dict:
               best_measured=best["labels"][0])
 
 
-def write_md(path, command, meta, results) -> None:
+def write_md(command, meta, results) -> str:
   lines = ["# bench_hierarchy", "", "```", command, "```", "",
            f"{meta['platform']}, jax {meta['jax']}, {meta['devices']}; "
            f"{meta['new_tokens']} new tokens per request (EOS ignored), "
@@ -302,8 +303,7 @@ def write_md(path, command, meta, results) -> None:
       lines.append(f"dropped (not cheaper than the target): "
                    f"{', '.join(res['dropped'])}")
     lines.append("")
-  with open(path, "w") as f:
-    f.write("\n".join(lines))
+  return "\n".join(lines)
 
 
 def main():
@@ -347,10 +347,9 @@ def main():
       for temp in [float(t) for t in args.temperatures.split(",")]:
         res = bench_setting(cands, ver, requests, batch, temp, args)
         results.append(dict(stack=stack, **res))
-  os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-  with open(args.out + ".json", "w") as f:
-    json.dump(dict(meta=meta, results=results), f, indent=1)
-  write_md(args.out + ".md", command, meta, results)
+  results_file.write_report(args.out, command=command,
+                            markdown=write_md(command, meta, results),
+                            rows=results, meta=meta)
   print(f"wrote {args.out}.json and {args.out}.md")
 
 

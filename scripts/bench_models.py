@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specdec_jax import models
+from specdec_jax.eval import results_file
 
 CONFIGS = {
     "gemma_tiny": models.PRESETS["gemma_tiny"],
@@ -100,8 +101,6 @@ def main():
               backend=jax.default_backend(), devices=str(jax.devices()),
               cpu=platform.processor() or platform.machine(),
               jax=jax.__version__, repeats=args.repeats)
-  with open(args.out + ".json", "w") as f:
-    json.dump(dict(meta=meta, rows=rows, ratios=ratios), f, indent=1)
   lines = [f"# Model step benchmark\n", f"Command: `{meta['command']}`  ",
            f"Backend: {meta['backend']} ({meta['cpu']}), jax {meta['jax']}, "
            f"median of {args.repeats} calls after warm-up, context "
@@ -119,8 +118,9 @@ def main():
     lines.append(f"| {r['model']} | {r['batch']} | {r['block']} | "
                  f"{r['trace_lower_s']:.2f} | {r['compile_s']:.2f} | "
                  f"{r['compilations']} |")
-  with open(args.out + ".md", "w") as f:
-    f.write("\n".join(lines) + "\n")
+  results_file.write_report(args.out, command=meta["command"],
+                            markdown="\n".join(lines), rows=rows, meta=meta,
+                            extra=dict(ratios=ratios))
   print("\n".join(lines))
 
 

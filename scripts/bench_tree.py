@@ -49,12 +49,11 @@ import sys
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
-from specdec_jax import decoding
+from specdec_jax import decoding, timing
 from specdec_jax.decoding import planners
+from specdec_jax.eval import results_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # pylint: disable-next=g-import-not-at-top,wrong-import-position
@@ -78,58 +77,19 @@ def kary_cut(k: int, n: int) -> Topology:
   return Topology(tuple(parents))
 
 
-def block_loop(model, params, batch: int, topology: Topology | None,
-               iters: int):
-  """``timed() -> seconds`` of one verifier block in a jitted loop.
-
-  The block is [root, N nodes] with the tree's positions and ancestor mask
-  (``topology`` None: one token), rolled back after each step, so the loop
-  measures the verifier's work of one tree iteration without dispatch.
-  """
-  width = 1 if topology is None else topology.num_nodes + 1
-  mask = (np.ones((1, 1), bool) if topology is None
-          else topology.block_mask())  # [W, W]
-  depth = (np.zeros(1, np.int32) if topology is None
-           else topology.block_depths())  # [W]
-  mask = jnp.broadcast_to(jnp.asarray(mask), (batch, width, width))
-
-  @jax.jit
-  def run(params, toks):
-    enc = (model.encode(params, jnp.full((batch, 24), 5, jnp.int32))
-           if model.is_encoder_decoder else None)
-    cache = model.init_cache(batch, 40 + width, enc)
-    _, cache = model.step(params, jnp.full((batch, 32), 5, jnp.int32), cache)
-
-    def body(_, carry):
-      cache, acc = carry
-      pos = cache.lengths[:, None] + jnp.asarray(depth)[None, :]
-      logits, new = model.step(params, toks, cache, positions=pos, mask=mask)
-      return new.with_lengths(cache.lengths), acc + logits[:, -1, 0]
-
-    return lax.fori_loop(0, iters, body, (cache, jnp.zeros((batch,))))[1]
-
-  toks = jnp.full((batch, width), 7, jnp.int32)
-  jax.block_until_ready(run(params, toks))
-
-  def timed():
-    t = time.perf_counter()
-    jax.block_until_ready(run(params, toks))
-    return (time.perf_counter() - t) / iters
-  return timed
-
-
 def block_ratios(model, params, batch, topologies: dict, repeats, iters):
-  """{name: median over repeats of (block seconds / 1-token step seconds)},
-  each block timed right after a 1-token step."""
-  one = block_loop(model, params, batch, None, iters)
-  loops = {k: block_loop(model, params, batch, t, iters)
-           for k, t in topologies.items()}
-  ratios = {k: [] for k in loops}
-  for _ in range(repeats):
-    for k, loop in loops.items():
-      t1 = one()
-      ratios[k].append(loop() / t1)
-  return {k: statistics.median(r) for k, r in ratios.items()}
+  """{name: median over repeats of (block seconds / 1-token step seconds)}.
+
+  A block is [root, N nodes] with the tree's positions and ancestor mask,
+  timed in ``timing.step_timer``'s jitted loop (the verifier's work of one
+  tree iteration, no dispatch), each right after a 1-token step.
+  """
+  timer = lambda w, **kw: timing.step_timer(model, params, batch, w,
+                                            encoder_len=24, min_iters=iters,
+                                            **kw)
+  loops = {k: timer(t.num_nodes + 1, depths=t.block_depths(),
+                    mask=t.block_mask()) for k, t in topologies.items()}
+  return timing.paired_ratios(loops, timer(1), repeats)
 
 
 def decoder(method, pair, rows, temp, new, batch, **kw):
@@ -399,12 +359,10 @@ def main():
     got, meta["pairs"][name] = bench_pair(name, args)
     rows += got
   lines = verdicts(rows, args.nodes)
-  os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-  with open(args.out + ".json", "w") as f:
-    json.dump(dict(meta=meta, verdicts=lines, rows=rows), f, indent=1)
-  text = markdown(command, meta, rows, lines)
-  with open(args.out + ".md", "w") as f:
-    f.write(text)
+  meta["verdicts"] = lines
+  results_file.write_report(args.out, command=command,
+                            markdown=markdown(command, meta, rows, lines),
+                            rows=rows, meta=meta)
   print("\n".join(lines))
 
 

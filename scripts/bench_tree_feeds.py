@@ -34,6 +34,7 @@ import numpy as np
 
 from specdec_jax import decoding
 from specdec_jax.decoding.loops import tree_drafting
+from specdec_jax.eval import results_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # pylint: disable-next=g-import-not-at-top,wrong-import-position
@@ -142,11 +143,9 @@ def main():
   rows = []
   for name in args.pairs.split(","):
     rows += bench_pair(name, args)
-  os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-  with open(args.out + ".json", "w") as f:
-    json.dump(dict(command=command, meta=meta, rows=rows), f, indent=1)
-  with open(args.out + ".md", "w") as f:
-    f.write(markdown(command, meta, rows))
+  results_file.write_report(args.out, command=command,
+                            markdown=markdown(command, meta, rows), rows=rows,
+                            meta=meta, extra=dict(command=command))
   print(f"wrote {args.out}.md")
 
 

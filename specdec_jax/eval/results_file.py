@@ -129,3 +129,58 @@ def _parse(path: str) -> tuple[list[dict], int]:
 def load_rows(path: str) -> list[dict]:
   """The complete rows of a results file (read-only; a torn tail ignored)."""
   return _parse(path)[0] if os.path.exists(path) else []
+
+
+def machine() -> dict:
+  """Where a benchmark ran: backend, devices, CPU, jax version, load average
+  (1/5/15 min, at the time of the call)."""
+  import platform  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  try:
+    load = [round(x, 2) for x in os.getloadavg()]
+  except OSError:
+    load = None
+  return dict(backend=jax.default_backend(),
+              device=str(jax.devices()[0].device_kind),
+              cpu=platform.processor() or platform.machine(),
+              cpu_count=os.cpu_count(), jax=jax.__version__,
+              load_average=load)
+
+
+def write_report(out: str, *, command: str, markdown: str, rows,
+                 meta: Mapping | None = None,
+                 extra: Mapping | None = None) -> tuple[str, str]:
+  """Writes a benchmark's ``<out>.json`` and ``<out>.md``.
+
+  The JSON is ``{"meta": {command, machine..., **meta}, "rows": rows}``; the
+  markdown is ``markdown`` followed by one line naming the command and the
+  machine (backend, CPU, jax, load average when the run ended), so every
+  committed result says how it was made and how loaded the machine was.
+
+  Args:
+    out: output path without extension (its folder is created).
+    command: the command line that produced the result.
+    markdown: the report body (a title line first).
+    rows: JSON-serialisable result rows.
+    meta: extra metadata for the JSON.
+    extra: more top-level JSON keys (a script's established layout).
+
+  Returns:
+    (json path, markdown path).
+  """
+  if not out or out.endswith((".json", ".md")):
+    raise ValueError(f"out must be a path without extension (the writer adds"
+                     f" .json and .md), got {out!r}")
+  info = {"command": command, **machine(), **(meta or {})}
+  parent = os.path.dirname(os.path.abspath(out))
+  os.makedirs(parent, exist_ok=True)
+  with open(out + ".json", "w") as f:
+    json.dump({**(extra or {}), "meta": info, "rows": list(rows)}, f,
+              indent=1, default=float)
+  foot = (f"\nMeasured with `{command}` on {info['backend']} "
+          f"({info['device']}, {info['cpu']}, {info['cpu_count']} cores), jax "
+          f"{info['jax']}; load average (1/5/15 min) at the end: "
+          f"{info['load_average']}.\n")
+  with open(out + ".md", "w") as f:
+    f.write(markdown.rstrip("\n") + "\n" + foot)
+  return out + ".json", out + ".md"

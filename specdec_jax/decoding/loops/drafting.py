@@ -103,7 +103,7 @@ def draft_chain(drafter, q_params, cache: KVCache, stream: Stream,
   def draw(logits, j):  # [B, V] -> [B]
     k = keys_lib.row_keys(req.seed, req.request_id, num_out + j,
                           keys_lib.DRAFT)
-    return sampling.sample(k, strategy.probs(logits))
+    return sampling.draw(k, logits, strategy)
 
   def still_drafting(q_buf, j):  # [B] bool
     if stop is None:

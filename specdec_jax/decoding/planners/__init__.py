@@ -4,6 +4,10 @@
                     hardware-aware choice of (nodes, depth)
     calibration.py  per-rank acceptance by replaying recorded (q, p) pairs,
                     measured drafter / verifier block costs on this machine
+    costs.py        ONE cost model (CostModel): measured call costs by model
+                    and block width, loop overheads by structure; prices
+                    chains (best_gamma) and gives the tree / hierarchy
+                    planners their inputs (tree_costs, call_costs)
     hierarchy_calibration.py
                     inputs of the hierarchy planner: pairwise alpha from one
                     teacher-forced pass, per-call costs by block width
@@ -12,6 +16,7 @@
 from specdec_jax.decoding.planners.calibration import (Costs, calibrate,
                                                      measure_costs,
                                                      rank_acceptance)
+from specdec_jax.decoding.planners.costs import CostModel
 from specdec_jax.decoding.planners.hierarchy_calibration import (
     CallCosts, measure_call_costs, pairwise_alpha)
 from specdec_jax.decoding.planners.tree_shape import (Plan, best_tree,
@@ -19,7 +24,7 @@ from specdec_jax.decoding.planners.tree_shape import (Plan, best_tree,
                                                       plan_tree, rank_probs,
                                                       tree_gin)
 
-__all__ = ["CallCosts", "Costs", "Plan", "best_tree", "calibrate",
+__all__ = ["CallCosts", "CostModel", "Costs", "Plan", "best_tree", "calibrate",
            "expected_accepted", "measure_call_costs", "measure_costs",
            "pairwise_alpha", "plan_tree", "rank_acceptance", "rank_probs",
            "tree_gin"]

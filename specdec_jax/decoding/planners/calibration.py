@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import time
 from typing import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specdec_jax import timing
 from specdec_jax.decoding import api
 from specdec_jax.decoding.loops.tree_drafting import _draw_children
 from specdec_jax.decoding.rules import sampling as sampling_lib
@@ -207,36 +207,13 @@ class Costs:
 
 
 def _block_seconds(model, params, batch: int, width: int, iters: int,
-                   repeats: int, inputs=None) -> float:
-  """Median seconds of one tree-masked block step of ``width`` tokens."""
-  mask = jnp.broadcast_to(jnp.tril(jnp.ones((width, width), bool)),
-                          (batch, width, width))
-
-  @jax.jit
-  def run(params, toks):
-    enc = (model.encode(params, jnp.full((batch, 16), 5, jnp.int32))
-           if model.is_encoder_decoder else None)
-    cache = model.init_cache(batch, 48 + width, enc)
-    _, cache = model.step(params, jnp.full((batch, 32), 5, jnp.int32), cache)
-
-    def body(_, carry):
-      cache, acc = carry
-      pos = cache.lengths[:, None] + jnp.arange(width)[None, :]
-      logits, new = model.step(params, toks, cache, positions=pos,
-                               mask=mask)
-      return new.with_lengths(cache.lengths), acc + logits[:, -1, 0]
-
-    return jax.lax.fori_loop(0, iters, body,
-                             (cache, jnp.zeros((batch,))))[1]
-
-  toks = jnp.full((batch, width), 7, jnp.int32)
-  run(params, toks).block_until_ready()
-  times = []
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    run(params, toks).block_until_ready()
-    times.append((time.perf_counter() - t0) / iters)
-  return float(np.median(times))
+                   repeats: int) -> float:
+  """Median seconds of one tree-masked block step of ``width`` tokens
+  (``timing.step_timer``'s jitted loop)."""
+  timer = timing.step_timer(model, params, batch, width,
+                            mask=np.tril(np.ones((width, width), bool)),
+                            min_iters=iters)
+  return timing.medians({"t": timer}, repeats)["t"]
 
 
 def measure_costs(drafter, verifier, q_params, p_params, batch: int = 1,

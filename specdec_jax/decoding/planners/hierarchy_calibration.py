@@ -26,13 +26,13 @@ verifier (``models.early_exit``) are candidates like any other model.
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specdec_jax import timing
 from specdec_jax.decoding import api
 from specdec_jax.decoding import inputs as inputs_lib
 from specdec_jax.decoding.rules import sampling as sampling_lib
@@ -148,36 +148,6 @@ class CallCosts:
                      self.batch)
 
 
-def _step_fn(model, strategy, batch: int, width: int, context: int):
-  """(prefill, run): prefill(params) -> a cache holding ``context`` tokens;
-  run(params, toks, cache, iters) -> [B] int32 runs ``iters`` (traced)
-  cached block steps of ``width`` tokens, each sampled as the loop does."""
-
-  @jax.jit
-  def prefill(params):
-    enc = (model.encode(params, jnp.full((batch, 16), 5, jnp.int32))
-           if model.is_encoder_decoder else None)
-    cache = model.init_cache(batch, context + width + 1, enc)
-    return model.step(params, jnp.full((batch, context), 5, jnp.int32),
-                      cache)[1]
-
-  @jax.jit
-  def run(params, toks, cache, iters):
-    keys = jax.random.split(jax.random.key(0), batch)
-
-    def body(_, carry):
-      cache, acc = carry
-      logits, new = model.step(params, toks, cache)  # [B, W, V]
-      sp = strategy.probs(logits)  # [B, W, V]
-      tok = sampling_lib.sample(keys, sp[:, -1])  # [B]
-      return new.with_lengths(cache.lengths), acc + tok
-
-    return jax.lax.fori_loop(0, iters, body,
-                             (cache, jnp.zeros((batch,), jnp.int32)))[1]
-
-  return prefill, run
-
-
 def measure_call_costs(levels: Sequence, batch: int = 1,
                        widths: Sequence[int] = (1, 2, 4, 8, 16, 32),
                        sampling=None, iters: int = 8, repeats: int = 5,
@@ -217,27 +187,13 @@ def measure_call_costs(levels: Sequence, batch: int = 1,
     raise ValueError(f"widths must be >= 1, got {list(widths)}")
   strategy = sampling_lib.canonical(
       sampling_lib.Greedy() if sampling is None else sampling)
-  runs = []
-  for m, p in levels:
-    row = []
-    for w in widths:
-      prefill, fn = _step_fn(m, strategy, batch, w, context)
-      args = (p, jnp.full((batch, w), 7, jnp.int32), prefill(p))
-      fn(*args, 1).block_until_ready()  # compile and warm up
-      t0 = time.perf_counter()
-      fn(*args, iters).block_until_ready()
-      each = (time.perf_counter() - t0) / iters
-      row.append((fn, args, max(iters, int(np.ceil(min_seconds / max(
-          each, 1e-9))))))
-    runs.append(row)
-  times = np.zeros((len(levels), len(widths), repeats))
-  for r in range(repeats):
-    for i, row in enumerate(runs):
-      for k, (fn, args, n) in enumerate(row):
-        t0 = time.perf_counter()
-        fn(*args, n).block_until_ready()
-        times[i, k, r] = (time.perf_counter() - t0) / n
-  med = np.median(times, axis=-1)
+  timers = {(i, k): timing.step_timer(
+      m, p, batch, w, context=context, sampling=strategy, min_iters=iters,
+      min_seconds=min_seconds)
+            for i, (m, p) in enumerate(levels) for k, w in enumerate(widths)}
+  got = timing.medians(timers, repeats)
+  med = np.array([[got[i, k] for k in range(len(widths))]
+                  for i in range(len(levels))])
   return CallCosts(widths, tuple(tuple(map(float, m)) for m in med), batch)
 
 

@@ -212,7 +212,8 @@ def plan_tree(acceptance: Sequence[float], costs=None, max_nodes: int = 32,
 
   Args:
     acceptance: per-rank acceptance (``calibration.rank_acceptance``).
-    costs: ``calibration.Costs`` or None.
+    costs: ``calibration.Costs``, a ``costs.CostModel`` (its drafter 0 and
+      target, ``tree_costs()``) or None.
     max_nodes, max_depth: budgets.
     sync: the drafter sync the tree will run with ('commit' / 'catchup').
     min_nodes: smallest node count considered.
@@ -223,6 +224,8 @@ def plan_tree(acceptance: Sequence[float], costs=None, max_nodes: int = 32,
   if max_nodes < 1 or max_depth < 1 or not 1 <= min_nodes <= max_nodes:
     raise ValueError(f"need 1 <= min_nodes <= max_nodes and max_depth >= "
                      f"1, got {min_nodes}, {max_nodes}, {max_depth}")
+  if hasattr(costs, "tree_costs"):  # a costs.CostModel
+    costs = costs.tree_costs()
   check_search(max_nodes, max_depth, min_nodes, costs is not None)
   probs = rank_probs(acceptance)
   big_a, choice = _tables(probs, max_nodes, max_depth)

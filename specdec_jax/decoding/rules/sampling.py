@@ -54,13 +54,50 @@ def _one_hot_argmax(logits: jax.Array) -> jax.Array:
   return (iota == argmax(logits)[..., None]).astype(jnp.float32)
 
 
+# Lean paths (the default): when every row is greedy (or every row samples)
+# the work of the other kind is skipped with a ``lax.cond`` -- no softmax
+# over V for a greedy batch, no argmax for a sampling one; the chain kernel
+# draws its one token with one inverse-CDF search. Outputs are identical
+# either way; ``LEAN = False`` (read at trace time) restores the reference
+# computation, for benchmarks' before/after tables.
+LEAN = True
+
+
 def _tempered(logits: jax.Array, temperature) -> jax.Array:
   """Softmax at per-row temperature; rows with temperature 0 -> one-hot."""
   t = per_row(jnp.asarray(temperature, jnp.float32), logits.ndim)
   logits = logits.astype(jnp.float32)
   hot = t > 0
-  soft = jax.nn.softmax(logits / jnp.where(hot, t, 1.0), axis=-1)
-  return jnp.where(hot, soft, _one_hot_argmax(logits))
+
+  def mixed(logits):
+    soft = jax.nn.softmax(logits / jnp.where(hot, t, 1.0), axis=-1)
+    return jnp.where(hot, soft, _one_hot_argmax(logits))
+
+  if not LEAN:
+    return mixed(logits)
+  soft = lambda x: jax.nn.softmax(x / jnp.where(hot, t, 1.0), axis=-1)
+  branch = jnp.where(jnp.all(~hot), 0, jnp.where(jnp.all(hot), 1, 2))
+  return lax.switch(branch, (_one_hot_argmax, soft, mixed), logits)
+
+
+def is_cold(strategy) -> jax.Array:
+  """[] bool: every row of ``strategy`` is greedy (temperature 0; traced)."""
+  t = getattr(strategy, "temperature", None)
+  return (jnp.asarray(True) if t is None and isinstance(strategy, Greedy)
+          else jnp.all(jnp.asarray(t, jnp.float32) == 0))
+
+
+def draw(key: jax.Array, logits: jax.Array, strategy) -> jax.Array:
+  """``sample(key, strategy.probs(logits))``: [B] keys, [B, V] -> [B].
+
+  A greedy batch takes the argmax directly (``sample`` of a one-hot row is
+  its argmax, so the tokens are the same) and skips the V-wide transform
+  and search.
+  """
+  full = lambda: sample(key, strategy.probs(logits))
+  if not LEAN or getattr(strategy, "temperature", None) is None:
+    return full()
+  return lax.cond(is_cold(strategy), lambda: argmax(logits), full)
 
 
 def _descending(probs: jax.Array) -> jax.Array:
@@ -237,6 +274,13 @@ def sample(key: jax.Array, dist: jax.Array) -> jax.Array:
   Returns:
     [B] int32 token ids.
   """
+  u = jax.vmap(lambda k: jax.random.uniform(k, ()))(key)  # [B]
+  return sample_at(u, dist)
+
+
+def sample_at(u: jax.Array, dist: jax.Array) -> jax.Array:
+  """``sample`` with the rows' uniforms given: u [B] in [0, 1), dist [B, V]
+  -> [B] int32 (``sample(key, d) == sample_at(uniform(key), d)``)."""
   dist = jnp.maximum(dist.astype(jnp.float32), 0.0)
   b, v = dist.shape
   bs = _block_size(v)
@@ -245,7 +289,6 @@ def sample(key: jax.Array, dist: jax.Array) -> jax.Array:
   mass = jnp.sum(blocks, axis=-1)  # [B, nb]
   upto = jnp.cumsum(mass, axis=-1)  # [B, nb] inclusive block prefix sums
   before = jnp.concatenate([jnp.zeros_like(upto[:, :1]), upto[:, :-1]], 1)
-  u = jax.vmap(lambda k: jax.random.uniform(k, ()))(key)  # [B]
   x = (u * upto[:, -1])[:, None]  # [B, 1] in [0, total)
   blk = _first_above(upto, mass, x)  # before[blk] <= x < upto[blk]
   inner = jnp.take_along_axis(blocks, blk[:, None, None], axis=1)[:, 0]

@@ -112,8 +112,15 @@ def verify_block(target: Target, drafts: jax.Array, q: jax.Array,
   if not target.normalized:
     bonus_dist = effective(pi[:, gamma], sq[:, gamma])
   key_n = jax.vmap(jax.random.fold_in)(key_residual, accepted)
-  res_tok = sampling.sample(key_n, res_dist)
-  bonus_tok = sampling.sample(key_bonus, bonus_dist)
-  token = jnp.where(accepted < gamma, res_tok, bonus_tok)
+  if sampling.LEAN:  # one search: the row's residual or bonus, same token
+    uniform = jax.vmap(lambda k: jax.random.uniform(k, ()))
+    rejected = accepted < gamma  # [B]
+    token = sampling.sample_at(
+        jnp.where(rejected, uniform(key_n), uniform(key_bonus)),
+        jnp.where(rejected[:, None], res_dist, bonus_dist))
+  else:
+    res_tok = sampling.sample(key_n, res_dist)
+    bonus_tok = sampling.sample(key_bonus, bonus_dist)
+    token = jnp.where(accepted < gamma, res_tok, bonus_tok)
   return BlockResult(accepted=accepted.astype(jnp.int32), token=token,
                      defer=defer, accept=accept, pi=pi)

@@ -1,0 +1,158 @@
+"""One cost model: what a decode strategy costs on this machine.
+
+A :class:`CostModel` holds measured quantities only:
+
+* ``seconds[i][k]``: one call of model i (cheapest first, the target last)
+  on a block of ``widths[k]`` tokens at the model's ``batch`` -- timed by
+  ``timing.step_timer`` (:func:`measure`), interpolated in between;
+* ``iteration_s``: the loop's non-model seconds per iteration, by structure
+  ('autoregressive', 'chain', 'tree', 'hierarchy'; ``scripts/
+  bench_overhead.py`` measures them);
+* ``call_s``: fixed seconds per decode call (host prep, encode, prefill).
+
+It prices a strategy as seconds per emitted token from acceptance
+statistics (pairwise alpha for chains, per-rank acceptance for trees), and
+gives the planners their inputs in their own types (``tree_costs`` for
+``plan_tree``, ``call_costs`` for the hierarchy planner), so every planner
+prices calls with the same numbers.
+
+Worked example (the test runs it): a target step of 1.0 ms, a 4-token
+target block of 1.2 ms, a drafter step of 0.1 ms and 0.05 ms of chain
+overhead per iteration. A chain of gamma = 3 at alpha = 0.8 yields
+(1 - 0.8^4) / 0.2 = 2.952 tokens per iteration for 3 x 0.1 + 1.2 + 0.05 =
+1.55 ms: 0.525 ms per token, 1.90x target-only (1.0 ms per token).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+from specdec_jax import timing
+
+STRUCTURES = ("autoregressive", "chain", "tree", "hierarchy")
+
+
+def chain_tokens(alpha: float, gamma: int) -> float:
+  """Expected tokens per chain iteration: (1 - a^(g+1)) / (1 - a)."""
+  if not 0.0 <= alpha <= 1.0:
+    raise ValueError(f"alpha must be in [0, 1], got {alpha!r}")
+  if alpha >= 1.0:
+    return float(gamma + 1)
+  return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+
+
+@dataclasses.dataclass(frozen=True)
+class CostModel:
+  """Measured costs of a model stack at one batch size.
+
+  Attributes:
+    widths: block widths measured, ascending, starting at 1.
+    seconds: [levels][len(widths)] seconds of one call, cheapest model
+      first, the target last.
+    batch: batch size of the measurements.
+    iteration_s: ((structure, seconds), ...) non-model seconds per loop
+      iteration by structure (missing: 0).
+    call_s: fixed seconds per decode call.
+  """
+
+  widths: tuple[int, ...]
+  seconds: tuple[tuple[float, ...], ...]
+  batch: int = 1
+  iteration_s: tuple[tuple[str, float], ...] = ()
+  call_s: float = 0.0
+
+  def __post_init__(self):
+    if not self.widths or self.widths[0] != 1 or list(self.widths) != sorted(
+        set(self.widths)):
+      raise ValueError(f"widths must be ascending and start at 1, got "
+                       f"{list(self.widths)}")
+    for row in self.seconds:
+      if len(row) != len(self.widths):
+        raise ValueError(f"every seconds row needs one entry per width "
+                         f"({len(self.widths)}), got {len(row)}")
+    for name, _ in self.iteration_s:
+      if name not in STRUCTURES:
+        raise ValueError(f"unknown structure {name!r} in iteration_s; use "
+                         f"one of {STRUCTURES}")
+
+  def call(self, level: int, width: int) -> float:
+    """Seconds of one call of model ``level`` (-1: the target) on
+    ``width`` tokens (linear between measured widths, clamped past them)."""
+    return float(np.interp(width, self.widths, self.seconds[level]))
+
+  def overhead(self, structure: str) -> float:
+    """Non-model seconds per iteration of ``structure``."""
+    return dict(self.iteration_s).get(structure, 0.0)
+
+  def target_only(self) -> float:
+    """Seconds per token of target-only decoding."""
+    return self.call(-1, 1) + self.overhead("autoregressive")
+
+  def chain(self, alpha: float, gamma: int, drafter: int = 0) -> float:
+    """Seconds per token of a chain of ``gamma`` drafts of model
+    ``drafter`` verified by the target, at pairwise acceptance ``alpha``."""
+    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
+      raise ValueError(f"gamma must be an integer >= 1, got {gamma!r}")
+    secs = (gamma * self.call(drafter, 1) + self.call(-1, gamma + 1) +
+            self.overhead("chain"))
+    return secs / chain_tokens(alpha, gamma)
+
+  def best_gamma(self, alpha: float, gammas: Sequence[int] = range(1, 9),
+                 drafter: int = 0) -> tuple[int | None, float]:
+    """(gamma, seconds per token) of the fastest chain, or (None,
+    target-only seconds per token) when no chain beats target-only."""
+    best = (None, self.target_only())
+    for g in gammas:
+      s = self.chain(alpha, int(g), drafter)
+      if s < best[1]:
+        best = (int(g), s)
+    return best
+
+  def tree_costs(self, drafter: int = 0, level_fed: bool = True):
+    """The tree planner's ``calibration.Costs`` (drafter ``drafter`` and the
+    target, the tree loop's overhead)."""
+    from specdec_jax.decoding.planners.calibration import Costs  # pylint: disable=g-import-not-at-top
+    return Costs(self.widths, tuple(self.seconds[drafter]),
+                 tuple(self.seconds[-1]), self.overhead("tree"), level_fed)
+
+  def call_costs(self):
+    """The hierarchy planner's ``CallCosts`` (every level)."""
+    from specdec_jax.decoding.planners.hierarchy_calibration import CallCosts  # pylint: disable=g-import-not-at-top
+    return CallCosts(self.widths, self.seconds, self.batch)
+
+
+def measure(levels: Sequence, batch: int = 1,
+            widths: Sequence[int] = (1, 2, 4, 8, 16), repeats: int = 5,
+            iteration_s: dict | None = None, call_s: float = 0.0,
+            sampling=None) -> CostModel:
+  """Times every model of ``levels`` at every width (this machine).
+
+  Args:
+    levels: [(model, params)], cheapest first, the target last.
+    batch: serving batch size.
+    widths: block widths (1 is added).
+    repeats: timed loops per (model, width); the median is kept, every
+      (model, width) timed in turn per repeat.
+    iteration_s: {structure: non-model seconds per iteration}.
+    call_s: fixed seconds per decode call.
+    sampling: sampling strategy timed with each call (None: the call).
+
+  Returns:
+    CostModel.
+  """
+  widths = tuple(sorted({1, *(int(w) for w in widths)}))
+  if widths[0] < 1:
+    raise ValueError(f"widths must be >= 1, got {list(widths)}")
+  timers = {(i, w): timing.step_timer(m, p, batch, w, sampling=sampling)
+            for i, (m, p) in enumerate(levels) for w in widths}
+  med = timing.medians(timers, repeats)
+  seconds = tuple(tuple(med[i, w] for w in widths)
+                  for i in range(len(levels)))
+  return CostModel(widths, seconds, batch,
+                   tuple(sorted((iteration_s or {}).items())), call_s)
+
+
+__all__ = ["CostModel", "STRUCTURES", "chain_tokens", "measure"]
