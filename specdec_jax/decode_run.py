@@ -47,9 +47,9 @@ from typing import Any, Sequence
 import jax
 import numpy as np
 
-from specdec_jax import decode_requests, decoding
+from specdec_jax import decode_requests, decoding, hierarchy_spec
+from specdec_jax import model_spec
 from specdec_jax.decoding import budget
-from specdec_jax import tokenizer as tokenizer_lib
 from specdec_jax.eval import harness
 
 MAX_POSITIONS = 2**31 - 1  # positions and cache slots are int32
@@ -276,29 +276,6 @@ def _check_resumable(results, settings: str) -> None:
         f"the file")
 
 
-def _vocab(drafter, verifier, uses_drafter: bool):
-  """(verifier model, drafter model or None, decode_requests.Vocab)."""
-  v_model = verifier.architecture()
-  d_model = drafter.architecture() if uses_drafter else None
-  if d_model is not None and (
-      d_model.vocab_size != v_model.vocab_size or
-      d_model.is_encoder_decoder != v_model.is_encoder_decoder):
-    raise ValueError(f"drafter and verifier do not match: "
-                     f"{type(d_model).__name__} with {d_model.vocab_size} ids "
-                     f"vs {type(v_model).__name__} with {v_model.vocab_size}; "
-                     f"speculative decoding needs one vocabulary")
-  v_tok = verifier.load_tokenizer(v_model)
-  d_tok = drafter.load_tokenizer(d_model) if d_model is not None else None
-  if d_tok is not None and v_tok is not None:
-    tokenizer_lib.check_same_vocabulary(d_tok, v_tok)
-  vocab = decode_requests.Vocab(
-      size=v_model.vocab_size, encoder_decoder=v_model.is_encoder_decoder,
-      tokenizer=v_tok or d_tok, bos_id=getattr(v_model.config, "bos_id", None),
-      eos_id=getattr(v_model, "eos_id", None),
-      max_input_tokens=verifier.input_limit(v_model))
-  return v_model, d_model, vocab
-
-
 def _warn_cut(requests, where: str, limit: int) -> None:
   for r in requests:
     if r.truncated:
@@ -341,7 +318,7 @@ def run_decode(drafter, verifier, method, sampling=None, gamma: int = 5,
                      "(run.hierarchy), not both; include one of "
                      "gin/trees/*.gin and gin/hierarchies/*.gin")
   check_settings(method, sampling, gamma, max_new_tokens, batch_size, seed)
-  v_model, d_model, vocab = _vocab(
+  v_model, d_model, vocab = model_spec.vocab_of(
       drafter, verifier, method.uses_drafter and hierarchy is None)
   runs_models, shared = [v_model, d_model], []
   if hierarchy is not None:
@@ -452,7 +429,6 @@ def is_writer() -> bool:
 
 
 def _is_exit(level) -> bool:
-  from specdec_jax import hierarchy_spec  # pylint: disable=g-import-not-at-top
   return isinstance(level, hierarchy_spec.EarlyExit)
 
 

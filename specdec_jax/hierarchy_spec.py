@@ -4,7 +4,7 @@ A hierarchy for ``specdec_jax decode`` (``run.hierarchy = @hierarchy_spec()``,
 gin/hierarchies/*.gin) and the candidates of ``specdec_jax plan-hierarchy``
 are written as LEVELS, each either
 
-* a ``runs.ModelSpec`` (a preset, a checkpoint, or a built-in default model:
+* a ``ModelSpec`` (a preset, a checkpoint, or a built-in default model:
   ``default_pair`` with ``role`` 'drafter', 'medium' or 'verifier'), or
 * ``'exit:K'``: the verifier's first K decoder layers, then its final norm
   and LM head (``models.early_exit``; it reads the verifier's parameters,
@@ -25,8 +25,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from specdec_jax import models
+from specdec_jax import decoding, models
 from specdec_jax import tokenizer as tokenizer_lib
+from specdec_jax.decoding import request
+from specdec_jax.model_spec import ModelSpec
 
 EXIT_PATTERN = re.compile(r"exit:(\d+)")
 LEVEL_HELP = ("a level is a ModelSpec (gin: @scope/ModelSpec()) or 'exit:K' "
@@ -51,11 +53,10 @@ def parse_level(x: Any, what: str = "level"):
   """A level as a ModelSpec or an EarlyExit; ValueError for anything else.
 
   Args:
-    x: a ``runs.ModelSpec``, an ``EarlyExit`` or the string 'exit:K'.
+    x: a ``ModelSpec``, an ``EarlyExit`` or the string 'exit:K'.
     what: how to name it in errors ("hierarchy level 1", "candidate 'x'").
   """
-  from specdec_jax import runs  # pylint: disable=g-import-not-at-top
-  if isinstance(x, (runs.ModelSpec, EarlyExit)):
+  if isinstance(x, (ModelSpec, EarlyExit)):
     return x
   if isinstance(x, str):
     m = EXIT_PATTERN.fullmatch(x.strip())
@@ -121,7 +122,7 @@ class HierarchySpec:
   """A hierarchy under the run's verifier (``main.hierarchy_spec``).
 
   Attributes:
-    drafters: levels 0 .. K-1, cheapest first (each a ``runs.ModelSpec``
+    drafters: levels 0 .. K-1, cheapest first (each a ``ModelSpec``
       or an ``EarlyExit``; strings 'exit:K' are parsed).
     buffers: (T_0, ..., T_{K-1}): level 0 drafts T_0 tokens per batch,
       level n accumulates verified tokens until it holds >= T_n.
@@ -181,14 +182,13 @@ class HierarchySpec:
   def check(self, method, verifier_model, verifier_tok=None) -> list:
     """Everything that can be checked before loading; returns the drafter
     levels' model objects."""
-    from specdec_jax import decoding  # pylint: disable=g-import-not-at-top
-    from specdec_jax.decoding.hierarchy import api as hier_api  # pylint: disable=g-import-not-at-top
     if not isinstance(method, decoding.Speculative):
       raise ValueError(f"a hierarchy's top level verifies with a speculative "
                        f"method (spec_decode, a lossy or cascade rule), got "
                        f"{type(method).__name__}")
     archs = self.architectures(verifier_model, verifier_tok)
-    hier_api._lenient(dict(self.lenient), self.depth, method)  # pylint: disable=protected-access
+    request.stack_shape(decoding.Stack((1,) * self.depth,
+                                       lenient=dict(self.lenient)), method)
     return archs
 
   def load(self, verifier_model, p_params) -> list[tuple[Any, Any]]:
@@ -214,8 +214,7 @@ class HierarchySpec:
 
 def _spec_lines(scope: str, spec) -> list[str]:
   """gin bindings that rebuild the ModelSpec ``spec`` under ``scope``."""
-  from specdec_jax import runs  # pylint: disable=g-import-not-at-top
-  defaults = runs.ModelSpec()
+  defaults = ModelSpec()
   lines = []
   for f in dataclasses.fields(spec):
     value = getattr(spec, f.name)

@@ -186,6 +186,50 @@ def hierarchy_spec(drafters=gin.REQUIRED, buffers=gin.REQUIRED, lenient=None):
   return hierarchy_lib.HierarchySpec(drafters, buffers, lenient or ())
 
 
+# The draft structure as one value: ``run.strategy = @chain()``, ``@tree()``
+# or ``@stack()`` (instead of run.gamma / run.tree / run.hierarchy).
+
+
+@gin.configurable("chain")
+def chain_strategy(gamma: int = 5):
+  """A chain of ``gamma`` drafted tokens per block (decoding.Chain)."""
+  return decoding.Chain(gamma)
+
+
+@gin.configurable("tree")
+def tree_strategy(parents=None, paths=None, kary=None, chain=None,
+                  proposal: str = "without_replacement",
+                  drafter_sync: str = "auto"):
+  """A draft tree (decoding.Tree); the arguments of ``tree_spec``."""
+  return tree_spec(parents=parents, paths=paths, kary=kary, chain=chain,
+                   proposal=proposal, drafter_sync=drafter_sync)
+
+
+@gin.configurable("stack")
+def stack_strategy(drafters=gin.REQUIRED, buffers=gin.REQUIRED,
+                   lenient=None):
+  """A stack of drafters under the verifier; the arguments of
+  ``hierarchy_spec`` (the levels' ModelSpecs are part of it)."""
+  return hierarchy_spec(drafters=drafters, buffers=buffers, lenient=lenient)
+
+
+def _structure_args(strategy, gamma: int, tree, hierarchy):
+  """(gamma, tree, hierarchy) of ``run`` with ``run.strategy`` applied."""
+  if strategy is None:
+    return gamma, tree, hierarchy
+  if tree is not None or hierarchy is not None:
+    raise ValueError("set run.strategy OR run.tree / run.hierarchy, not "
+                     "both (run.strategy = @chain(), @tree() or @stack())")
+  if isinstance(strategy, decoding.Chain):
+    return strategy.gamma, None, None
+  if isinstance(strategy, decoding.Tree):
+    return gamma, strategy, None
+  if isinstance(strategy, hierarchy_lib.HierarchySpec):
+    return gamma, None, strategy
+  raise ValueError(f"run.strategy must be @chain(), @tree() or @stack(), "
+                   f"got {type(strategy).__name__}")
+
+
 @gin.configurable
 def plan_hierarchy_spec(verifier=None, candidates=None, sampling=None,
                         max_buffer: int = 8, max_depth: int | None = 3,
@@ -220,13 +264,15 @@ def run(mode: str | None = None, drafter=None, verifier=None, method=None,
         sampling=None, gamma: int = 5, max_new_tokens: int = 64,
         batch_size: int = 8, input_file: str | None = None,
         output_dir: str | None = None, seed: int = 0, tree=None,
-        hierarchy=None):
+        hierarchy=None, strategy=None):
   """Runs one mode with the configured models and method.
 
   ``tree`` (a ``tree_spec()``, gin/trees/*.gin) makes decode verify draft
   trees instead of chains of ``gamma``; ``hierarchy`` (a
   ``hierarchy_spec()``, gin/hierarchies/*.gin) makes it decode with a stack
   of drafters under the verifier (hierarchical speculative decoding).
+  ``strategy`` sets the draft structure as one value instead:
+  ``@chain()``, ``@tree()`` or ``@stack()``.
 
   Mode 'decode' returns the rows (and raises
   ``decode_requests.RequestErrors`` after writing the good rows when some
@@ -235,6 +281,7 @@ def run(mode: str | None = None, drafter=None, verifier=None, method=None,
   if mode not in MODES:
     raise ValueError(f"set --mode or run.mode to one of {', '.join(MODES)} "
                      f"(got {mode!r}); `specdec_jax --help` shows examples")
+  gamma, tree, hierarchy = _structure_args(strategy, gamma, tree, hierarchy)
   if mode == "decode":
     if verifier is None:
       raise ValueError("decode needs a verifier: include gin files "

@@ -251,3 +251,42 @@ def test_plan_hierarchy_run_file_builds(monkeypatch):
   assert sampling.temperature == 1.0
   assert seen["kw"]["max_buffer"] == 4 and seen["kw"]["max_depth"] == 3
   assert seen["kw"]["planner"] == "auto"
+
+
+@pytest.mark.parametrize("binding,want", [
+    ("run.strategy = @chain()\nchain.gamma = 3", ("gamma", 3)),
+    ("run.strategy = @tree()\ntree.kary = (2, 3)\ntree.proposal = 'top_k'",
+     ("tree", decoding.Tree(decoding.Topology.kary(2, 3), "top_k"))),
+    ("run.strategy = @stack()\nstack.drafters = [%DRAFTER, 'exit:1']\n"
+     "stack.buffers = [2, 4]", ("hierarchy", (2, 4))),
+])
+def test_strategy_configurables_set_the_draft_structure(binding, want,
+                                                       monkeypatch):
+  """``run.strategy = @chain() / @tree() / @stack()`` reaches the decode
+  run as its gamma, tree or hierarchy (one value instead of three knobs)."""
+  seen = {}
+
+  def fake_decode(*args, tree=None, hierarchy=None):
+    seen.update(gamma=args[4], tree=tree, hierarchy=hierarchy)
+    return runs.DecodeReport(rows=[], new_rows=[], resumed=0, failed=[],
+                             seconds=0.0, output=None)
+
+  monkeypatch.setattr(runs, "run_decode", fake_decode)
+  main.parse_gin(["runs/decode.gin", "pairs/tiny_random.gin"],
+                 binding.split("\n"))
+  main.run()
+  field, value = want
+  got = seen[field]
+  if field == "hierarchy":
+    got = got.buffers
+    assert seen["tree"] is None
+  assert got == value
+
+
+def test_strategy_and_tree_together_are_an_error(monkeypatch):
+  monkeypatch.setattr(runs, "run_decode", lambda *a, **k: None)
+  main.parse_gin(["runs/decode.gin", "pairs/tiny_random.gin"],
+                 ["run.strategy = @chain()", "run.tree = @tree_spec()",
+                  "tree_spec.chain = 3"])
+  with pytest.raises(ValueError, match="run.strategy OR run.tree"):
+    main.run()

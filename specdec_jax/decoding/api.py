@@ -1,4 +1,4 @@
-"""Public entry point: ``generate`` and its result.
+"""Public entry points: ``decode`` and ``generate`` (a thin wrapper).
 
     from specdec_jax import decoding, models
     drafter, verifier = models.get_model(...), models.get_model(...)
@@ -9,162 +9,110 @@
         max_new_tokens=64, seeds=0)
     out.sequences(), out.acceptance_rate, out.block_efficiency
 
-The decode path of a call: inputs are checked and padded on the host
-(``inputs.py``) into a :class:`Batch` (arrays and per-row knob dicts) and a
-static :class:`LoopConfig`; the method RETURNS its loop program
-(``method.program(models, cfg)``, ``methods.py``); ``run_program`` compiles
-it once per key and runs it (``loops/program.py``). Prompt widths are padded
+:func:`decode` is the one request path of every structure (its steps are
+in ``request.py``); ``generate`` keeps its signature for user code and t5x
+gin files: it builds the :class:`~strategy.Strategy` ``Strategy(method,
+Chain(gamma) or tree, sampling)`` and calls ``decode``. Prompt widths are padded
 to a multiple of ``PAD_TO`` so new prompts reuse compiled programs; knobs
 (alpha, beta, temperature, top-p, seeds) are traced and never recompile.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Sequence
+from typing import Sequence
 
-import jax
-import numpy as np
-
-from specdec_jax.decoding.budget import check_capacity, check_memory
 from specdec_jax.decoding import inputs as inputs_lib
-from specdec_jax.decoding.loops import tree as tree_loop
+from specdec_jax.decoding import request
+from specdec_jax.decoding.budget import check_capacity, check_memory
 from specdec_jax.decoding.loops.program import run_program
-from specdec_jax.decoding.loops.state import LoopConfig, Request
-from specdec_jax.decoding.rules import sampling as sampling_lib
-from specdec_jax.decoding.verify.topology import Topology
+from specdec_jax.decoding.result import (DecodeResult, raise_nonfinite,
+                                         result)
+from specdec_jax.decoding.strategy import (Stack, Strategy, Tree,
+                                           as_structure)
 
 PAD_TO = inputs_lib.PAD_TO
 
-
-@dataclasses.dataclass
-class DecodeResult:
-  """Host-side result of :func:`generate`.
-
-  Attributes:
-    tokens: [B, max_new_tokens] int32 generated ids, ``pad_id`` after the end
-      (an EOS, when hit, is included).
-    lengths: [B] number of generated tokens.
-    drafted, accepted: [B] draft tokens proposed to / accepted by the
-      verifier (the top level).
-    verifier_calls: [B] calls of the verifier (the top level).
-    drafter_calls: [B] calls of every model below it.
-    deferrals: [B] float summed deferral mass.
-    finite: [B] bool, False where a NaN/inf logit was met.
-    calls, level_drafted, level_accepted, level_rejected: [B, K] the same
-      counters per level of the stack (cheapest first; K = 2 for a
-      drafter/verifier pair); ``level_rejected`` counts the verification
-      rounds that ended with a rejection.
-    trace: per-block trace (``return_trace=True``), else None: a dict of
-      ``drafts`` [B, blocks, gamma], ``accept`` [B, blocks, gamma] bool (the
-      accept test of every draft), ``accepted`` [B, blocks] (leading drafts
-      kept; -1 where the row ran no such block) and ``token`` [B, blocks]
-      (the residual or bonus token emitted after them).
-  """
-
-  tokens: np.ndarray
-  lengths: np.ndarray
-  drafted: np.ndarray
-  accepted: np.ndarray
-  verifier_calls: np.ndarray
-  drafter_calls: np.ndarray
-  deferrals: np.ndarray
-  finite: np.ndarray
-  calls: np.ndarray | None = None
-  level_drafted: np.ndarray | None = None
-  level_accepted: np.ndarray | None = None
-  level_rejected: np.ndarray | None = None
-  trace: dict | None = None
-
-  def sequences(self) -> list[list[int]]:
-    """Generated tokens of each row, without padding."""
-    return [list(map(int, t[:n])) for t, n in zip(self.tokens, self.lengths)]
-
-  @property
-  def acceptance_rate(self) -> float:
-    """Accepted drafts / drafted tokens, over the batch (nan if no drafts)."""
-    d = self.drafted.sum()
-    return float(self.accepted.sum() / d) if d else float("nan")
-
-  @property
-  def block_efficiency(self) -> float:
-    """Generated tokens per verifier call, over the batch."""
-    c = self.verifier_calls.sum()
-    return float(self.lengths.sum() / c) if c else float("nan")
-
-  @property
-  def mean_accepted_length(self) -> np.ndarray:
-    """[B] tokens per verifier call of each row."""
-    return self.lengths / np.maximum(self.verifier_calls, 1)
-
-  @property
-  def deferral_rate(self) -> float:
-    """Deferral mass per generated token, over the batch."""
-    n = self.lengths.sum()
-    return float(self.deferrals.sum() / n) if n else float("nan")
-
-  def level_acceptance(self) -> list[float]:
-    """Acceptance rate (accepted / drafted tokens) of each level over the
-    level below (level 0: nan)."""
-    d, a = self.level_drafted.sum(0), self.level_accepted.sum(0)
-    return [float(x / y) if y else float("nan") for x, y in zip(a, d)]
-
-  def level_alpha(self) -> list[float]:
-    """Measured alpha of each adjacent pair (level 0: nan): the fraction
-    of accept tests passed, accepted / (accepted + rejections); for
-    i.i.d. acceptance this estimates E[sum_v min(q, p)]."""
-    a, r = self.level_accepted.sum(0), self.level_rejected.sum(0)
-    return [float(x / (x + y)) if x + y else float("nan")
-            for x, y in zip(a, r)]
-
-  def summary(self) -> dict[str, float]:
-    """Aggregates as a flat dict (for JSONL / tables)."""
-    return dict(tokens=int(self.lengths.sum()),
-                acceptance_rate=self.acceptance_rate,
-                block_efficiency=self.block_efficiency,
-                deferral_rate=self.deferral_rate,
-                verifier_calls=int(self.verifier_calls.sum()),
-                drafter_calls=int(self.drafter_calls.sum()))
-
-  def row_stats(self, i: int) -> dict[str, Any]:
-    """Per-row statistics of row ``i``."""
-    return dict(tokens=int(self.lengths[i]), drafted=int(self.drafted[i]),
-                accepted=int(self.accepted[i]),
-                verifier_calls=int(self.verifier_calls[i]),
-                drafter_calls=int(self.drafter_calls[i]),
-                deferrals=float(self.deferrals[i]),
-                mean_accepted_length=float(self.mean_accepted_length[i]))
+def _check_options(strategy: Strategy, on_nonfinite: str,
+                   return_trace: bool) -> None:
+  if on_nonfinite not in ("raise", "return"):
+    raise ValueError(f"on_nonfinite must be 'raise' or 'return', got "
+                     f"{on_nonfinite!r}")
+  method = strategy.method
+  if return_trace and (isinstance(strategy.structure, Stack) or not getattr(
+      method, "traces", False)):
+    what = ("a stack" if isinstance(strategy.structure, Stack)
+            else type(method).__name__)
+    raise ValueError(f"return_trace=True records draft blocks; {what} "
+                     f"drafts none (use a speculative method on a chain or "
+                     f"a tree)")
 
 
-def result(out, batch: int, width: int) -> DecodeResult:
-  """DecodeResult of a LoopOutput (device arrays) for the first ``batch``
-  rows (the rest is mesh padding)."""
-  out = jax.tree.map(lambda x: np.asarray(inputs_lib.gather(x))[:batch], out)
-  stack = lambda f: np.stack([getattr(lv, f) for lv in out.levels], axis=1)
-  calls = stack("calls")  # [B, K]
-  trace = None
-  if out.trace is not None:
-    blocks = max(1, int(out.levels[-1].calls.max()))
-    trace = {f.name: getattr(out.trace, f.name)[:, :blocks]
-             for f in dataclasses.fields(out.trace)}
-  return DecodeResult(
-      tokens=out.tokens[:, :width], lengths=out.num_out,
-      drafted=out.levels[-1].drafted, accepted=out.levels[-1].accepted,
-      verifier_calls=calls[:, -1], drafter_calls=calls[:, :-1].sum(1),
-      deferrals=out.deferrals, finite=out.finite, calls=calls,
-      level_drafted=stack("drafted"), level_accepted=stack("accepted"),
-      level_rejected=stack("rejected"), trace=trace)
-
-
-def raise_nonfinite(res: DecodeResult) -> None:
-  """FloatingPointError naming the rows that met NaN/inf logits, if any."""
-  if res.finite.all():
+def _check_size(strategy: Strategy, cfg: LoopConfig, width: int,
+                max_cache_length: int | None) -> None:
+  """Cache slots of the request against the bound and int32 positions."""
+  structure = strategy.structure
+  if not isinstance(structure, Stack):
+    check_capacity(width, cfg.max_new, cfg,
+                          isinstance(structure, Tree), max_cache_length)
     return
-  rows = np.nonzero(~res.finite)[0].tolist()
-  raise FloatingPointError(
-      f"non-finite logits (NaN/inf) from the drafter or verifier in rows "
-      f"{rows}; the parameters are corrupt or overflow in this dtype "
-      f"(try float32); pass on_nonfinite='return' to get partial output")
+  need = request.StackShape(structure.buffers).context_width(width,
+                                                            cfg.max_new)
+  if need >= inputs_lib.MAX_POSITIONS:
+    raise ValueError("prompt + max_new_tokens + buffers exceed int32 "
+                     "positions; ask for fewer tokens")
+  if max_cache_length is not None and need > max_cache_length:
+    raise ValueError(f"prompt ({width} padded) + max_new_tokens "
+                     f"({cfg.max_new}) + the stack's buffers need {need} "
+                     f"cache slots, more than max_cache_length "
+                     f"({max_cache_length}); shorten the prompt, "
+                     f"max_new_tokens or the buffers")
+
+
+def decode(strategy: Strategy, models: Sequence, params: Sequence,
+           prompts=None, *, inputs=None,
+           max_new_tokens: int | Sequence[int] = 32, seeds=0,
+           request_ids=None, eos_id: int | None | str = "auto",
+           pad_id: int = 0, max_cache_length: int | None = None,
+           on_nonfinite: str = "raise", mesh=None,
+           pad_to: int | None = None,
+           return_trace: bool = False) -> DecodeResult:
+  """Decodes a batch with ``strategy`` (the one request path).
+
+  Args:
+    strategy: a :class:`~strategy.Strategy` (method + structure +
+      sampling).
+    models: the levels, cheapest first: (drafter, verifier) for a Chain or
+      a Tree (the drafter is ignored by methods that do not use it), K + 1
+      models for a ``Stack`` of K buffers (the target last).
+    params: their parameters, one per model.
+    prompts, inputs, max_new_tokens, seeds, request_ids, eos_id, pad_id,
+      max_cache_length, on_nonfinite, mesh, pad_to, return_trace: as in
+      ``decoding.generate``.
+
+  Returns:
+    DecodeResult (per-level counters ``calls`` etc. are [B, len(models)]).
+  """
+  _check_options(strategy, on_nonfinite, return_trace)
+  models, params = request.check(strategy, models, params)
+  verifier = models[-1]
+  req = request.prepare(strategy, verifier, prompts=prompts, inputs=inputs,
+                        max_new_tokens=max_new_tokens, seeds=seeds,
+                        request_ids=request_ids, pad_to=pad_to, mesh=mesh)
+  if eos_id == "auto":
+    eos_id = getattr(verifier, "eos_id", None)
+  inputs_lib.check_special_ids(eos_id, pad_id, verifier.vocab_size)
+  cfg = request.loop_config(strategy, verifier.vocab_size,
+                            max_new=req.max_new, eos_id=eos_id,
+                            pad_id=pad_id, trace=bool(return_trace))
+  _check_size(strategy, cfg, req.width, max_cache_length)
+  batch = request.with_structure(req.batch, strategy, cfg)
+  program = request.build_program(strategy, models, cfg)
+  args = (params, batch)
+  check_memory(program, args, mesh)
+  res = result(run_program(program, args, mesh), req.rows, req.max_new)
+  if on_nonfinite == "raise":
+    raise_nonfinite(res)
+  return res
 
 
 def generate(method, drafter, verifier, q_params, p_params, prompts=None, *,
@@ -176,6 +124,10 @@ def generate(method, drafter, verifier, q_params, p_params, prompts=None, *,
              pad_to: int | None = None,
              return_trace: bool = False, tree=None) -> DecodeResult:
   """Decodes a batch with ``method`` (see ``registry.py``).
+
+  A thin wrapper, kept for its signature: it is ``decoding.decode(
+  Strategy(method, Chain(gamma) or tree, sampling), (drafter, verifier),
+  (q_params, p_params), ...)`` (the one request path).
 
   Args:
     method: a method object (``make_method(name, **knobs)``).
@@ -220,53 +172,15 @@ def generate(method, drafter, verifier, q_params, p_params, prompts=None, *,
   Returns:
     DecodeResult.
   """
-  if on_nonfinite not in ("raise", "return"):
-    raise ValueError(f"on_nonfinite must be 'raise' or 'return', got "
-                     f"{on_nonfinite!r}")
-  topology = Topology.chain(gamma)
-  strategy = sampling_lib.Greedy() if sampling is None else sampling
-  inputs_lib.check_method(method, strategy)
-  if return_trace and not getattr(method, "traces", False):
-    raise ValueError(f"return_trace=True records draft blocks; "
-                     f"{type(method).__name__} drafts none (use a "
-                     f"speculative method)")
-  inputs_lib.check_models(method, drafter, verifier)
-  inputs_lib.check_params(method, drafter, verifier, q_params, p_params)
-  prompt, plen, inp = inputs_lib.prompts_and_inputs(verifier, prompts,
-                                                    inputs, pad_to)
-  batch = prompt.shape[0]
-  max_new = inputs_lib.check_max_new(max_new_tokens, batch)
-  buf = max(1, int(max_new.max()))
-  if eos_id == "auto":
-    eos_id = getattr(verifier, "eos_id", None)
-  inputs_lib.check_special_ids(eos_id, pad_id, verifier.vocab_size)
-  loop_fields = dict(max_new=buf, eos_id=eos_id, pad_id=pad_id,
-                     sampling=inputs_lib.sampling_static(strategy),
-                     trace=bool(return_trace))
-  if tree is not None:
-    cfg = tree_loop.make_config(tree, method, verifier.vocab_size,
-                                **loop_fields)
-  else:
-    cfg = LoopConfig(topology=topology, **loop_fields)
-  check_capacity(prompt.shape[1], buf, cfg, tree is not None,
-                 max_cache_length)
-  seeds = inputs_lib.check_seeds(seeds, batch)
-  req = Request(
-      seed=seeds, request_id=inputs_lib.request_ids_of(request_ids, prompt,
-                                                    plen, inp, seeds),
-      max_new_tokens=np.asarray(max_new.astype(np.int32)))
-  batch_in = inputs_lib.make_batch(prompt, plen, inp, jax.tree.map(
-      jax.numpy.asarray, req), strategy, method)
-  if tree is not None:
-    batch_in = tree_loop.add_tree(batch_in, cfg.topology)
-  if mesh is not None:
-    batch_in = inputs_lib.pad_batch(batch_in,
-                                    inputs_lib.data_parallelism(mesh))
-  models = (drafter, verifier)
-  program = method.program(models, cfg)
-  args = ((q_params, p_params), batch_in)
-  check_memory(program, args, mesh)
-  res = result(run_program(program, args, mesh), batch, buf)
-  if on_nonfinite == "raise":
-    raise_nonfinite(res)
-  return res
+  strategy = Strategy(method, as_structure(gamma=gamma, tree=tree),
+                      sampling)
+  return decode(strategy, (drafter, verifier), (q_params, p_params), prompts,
+                inputs=inputs, max_new_tokens=max_new_tokens, seeds=seeds,
+                request_ids=request_ids, eos_id=eos_id, pad_id=pad_id,
+                max_cache_length=max_cache_length,
+                on_nonfinite=on_nonfinite, mesh=mesh, pad_to=pad_to,
+                return_trace=return_trace)
+
+
+__all__ = ["DecodeResult", "PAD_TO", "check_capacity", "check_memory",
+           "decode", "generate", "raise_nonfinite", "result"]

@@ -95,9 +95,10 @@ class Speculative:
     rule = TargetRule(split(self.target)[0])
     if isinstance(cfg, tree_loop.TreeConfig):
       if tree_loop.runs_as_chain(cfg):  # same tokens, the faster loop
-        return speculative.program(models, tree_loop.as_chain(cfg), rule)
-      return tree_loop.program(models, cfg, rule)
-    return speculative.program(models, cfg, rule)
+        return speculative.chain_program(models, tree_loop.as_chain(cfg),
+                                         rule)
+      return tree_loop.tree_program(models, cfg, rule)
+    return speculative.chain_program(models, cfg, rule)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,7 +127,7 @@ class BiLD:
     targets.BiLDRollback(self.alpha_rollback).validate()
 
   def program(self, models, cfg: LoopConfig) -> LoopProgram:
-    return speculative.program(models, cfg, BiLDRule())
+    return speculative.chain_program(models, cfg, BiLDRule())
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,17 +2,21 @@
 
 A :class:`harness.RunConfig` drafts in one of three ways:
 
-    chain      (default) ``decoding.generate`` with a block of ``gamma``
+    chain      (default) ``decoding.Chain(gamma)``: a block of ``gamma``
                drafted tokens
-    hierarchy  ``hierarchy=(T_0, ..., T_{K-1})``: hierarchical speculative
-               decoding (``generate_hierarchy``) over the pair's K + 1 levels
-               (``pair.levels()``, cheapest first); the config's method
-               verifies at the top level
-    tree       ``tree='kary:2,3'``: ``decoding.generate(..., tree=Tree(...))``
-               drafts a token tree per block, verified in ONE verifier step
+    hierarchy  ``hierarchy=(T_0, ..., T_{K-1})``: ``decoding.Stack``,
+               hierarchical speculative decoding over the pair's K + 1
+               levels (``pair.levels()``, cheapest first); the config's
+               method verifies at the top level
+    tree       ``tree='kary:2,3'``: ``decoding.Tree(...)``, a token tree
+               per block, verified in ONE verifier step
 
 gamma does not apply to a hierarchy or a tree (the buffers / the tree's
 depth set the draft length), so such configs store ``gamma=0``.
+
+:func:`structure` parses a config's fields into the structure value
+(``decoding.Chain`` / ``Tree`` / ``Stack``) and :func:`decode_call` runs it
+with ``decoding.decode``, as every entry point does.
 
 Tree specs are compact text (canonical form: no spaces, default proposal
 left out), ``<shape>:<sizes>[/<proposal>]``:
@@ -37,7 +41,6 @@ import numpy as np
 
 from specdec_jax import decoding
 from specdec_jax.decoding import registry
-from specdec_jax.decoding.hierarchy.api import generate_hierarchy
 from specdec_jax.decoding.verify import tree as tree_lib
 
 TREE_SHAPES = ("kary", "chain")
@@ -212,29 +215,42 @@ def unsupported(pair, hierarchy: tuple[int, ...]) -> str | None:
           f"or use a pair with {need} levels")
 
 
+def structure(hierarchy: tuple[int, ...], tree: str, gamma: int):
+  """The draft structure value of a config's fields: ``decoding.Stack``
+  (hierarchy buffers), ``decoding.Tree`` (a tree spec) or
+  ``decoding.Chain`` (gamma, at least 1)."""
+  if hierarchy:
+    return decoding.Stack(canonical_hierarchy(hierarchy))
+  if tree:
+    return parse_tree(tree)
+  return decoding.Chain(max(gamma, 1))
+
+
 def decode_call(pair, method, hierarchy: tuple[int, ...], tree: str,
-                gamma: int, **common) -> tuple[Callable, dict]:
+                gamma: int, sampling=None, **common) -> tuple[Callable, dict]:
   """(decode function, its keyword arguments) for one batch.
+
+  Every structure runs through ``decoding.decode`` with the config's
+  :class:`decoding.Strategy` (the harness strings parse into it).
 
   Args:
     pair: the model pair.
     method: the method object (``RunConfig.make_method()``).
     hierarchy, tree, gamma: the config's draft structure.
-    **common: sampling, max_new_tokens, seeds, request_ids, pad_to and
-      prompts / inputs.
+    sampling: the sampling transform.
+    **common: max_new_tokens, seeds, request_ids, pad_to and prompts /
+      inputs.
 
   Returns:
-    ``(decoding.generate, kwargs)`` or ``(generate_hierarchy, kwargs)``.
+    ``(decoding.decode, kwargs)``.
   """
-  if hierarchy:
-    return generate_hierarchy, dict(levels=pair_levels(pair),
-                                    buffers=hierarchy, method=method,
-                                    **common)
-  draft = dict(tree=parse_tree(tree)) if tree else dict(gamma=max(gamma, 1))
-  return decoding.generate, dict(method=method, drafter=pair.drafter,
-                                 verifier=pair.verifier,
-                                 q_params=pair.q_params,
-                                 p_params=pair.p_params, **draft, **common)
+  strategy = decoding.Strategy(method, structure(hierarchy, tree, gamma),
+                               sampling)
+  levels = (pair_levels(pair) if hierarchy else
+            [(pair.drafter, pair.q_params), (pair.verifier, pair.p_params)])
+  return decoding.decode, dict(strategy=strategy,
+                               models=[m for m, _ in levels],
+                               params=[p for _, p in levels], **common)
 
 
 def program_key(hierarchy: tuple[int, ...], tree: str, gamma: int) -> tuple:

@@ -63,8 +63,8 @@ def _prompts(verifier, v_model, tok, input_file, num_prompts: int,
   tokenizer)."""
   enc = v_model.is_encoder_decoder
   if input_file:
-    from specdec_jax import decode_requests, decode_run  # pylint: disable=g-import-not-at-top
-    _, _, vocab = decode_run._vocab(None, verifier, False)  # pylint: disable=protected-access
+    from specdec_jax import decode_requests, model_spec  # pylint: disable=g-import-not-at-top
+    _, _, vocab = model_spec.vocab_of(None, verifier, False)
     good, failed = decode_requests.read_requests(input_file, vocab)
     if failed or not good:
       raise ValueError(f"{input_file}: {len(failed)} bad request(s) "

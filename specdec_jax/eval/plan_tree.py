@@ -40,8 +40,8 @@ def _requests(drafter, verifier, input_file, num_prompts: int, seed: int):
     prompts, inputs = (None, rows) if v_model.is_encoder_decoder else (
         rows, None)
   if input_file:
-    from specdec_jax import decode_run, decode_requests  # pylint: disable=g-import-not-at-top
-    _, _, vocab = decode_run._vocab(drafter, verifier, True)  # pylint: disable=protected-access
+    from specdec_jax import decode_requests, model_spec  # pylint: disable=g-import-not-at-top
+    _, _, vocab = model_spec.vocab_of(drafter, verifier, True)
     good, failed = decode_requests.read_requests(input_file, vocab)
     if failed or not good:
       raise ValueError(f"{input_file}: {len(failed)} bad request(s) "

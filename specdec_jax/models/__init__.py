@@ -14,21 +14,17 @@ from specdec_jax.models.interface import (DecodeModel, Encoded,
                                           check_tokens, flatten_params,
                                           unflatten_params)
 from specdec_jax.models.t5 import T5_PRESETS, T5Config, T5Model
+from specdec_jax.models import families  # pylint: disable=g-bad-import-order
 
-PRESETS = {**{k: v for k, v in T5_PRESETS.items()}, **GEMMA_PRESETS}
-
-
-def model_from_config(config) -> T5Model | GemmaModel:
-  """Wraps a T5Config or GemmaConfig in its model class."""
-  if isinstance(config, T5Config):
-    return T5Model(config)
-  if isinstance(config, GemmaConfig):
-    return GemmaModel(config)
-  raise ValueError(f"expected a T5Config or GemmaConfig, got "
-                   f"{type(config).__name__}")
+PRESETS = {k: v for fam in families.FAMILIES for k, v in fam.presets.items()}
 
 
-def get_model(name: str, **overrides) -> T5Model | GemmaModel:
+def model_from_config(config) -> FlaxDecodeModel:
+  """Wraps a family's config (T5Config, GemmaConfig) in its model class."""
+  return families.of_config(config).model_cls(config)
+
+
+def get_model(name: str, **overrides) -> FlaxDecodeModel:
   """A model from a preset name, e.g. ``get_model('gemma2_2b', dtype='bfloat16')``.
 
   Args:
@@ -48,7 +44,8 @@ def get_model(name: str, **overrides) -> T5Model | GemmaModel:
 
 __all__ = [
     "DecodeModel", "Encoded", "EncoderDecoderModel", "FlaxDecodeModel", "GemmaConfig", "GemmaModel",
-    "KVCache", "LayerKV", "NgramModel", "PRESETS", "T5Config", "T5Model",
+    "GEMMA_PRESETS", "KVCache", "LayerKV", "NgramModel", "PRESETS",
+    "T5Config", "T5Model", "T5_PRESETS", "families",
     "check_decode_model", "check_params", "check_tokens", "early_exit",
     "flatten_params", "get_model", "model_from_config", "unflatten_params",
 ]

@@ -28,9 +28,8 @@ def path_pattern(path: str) -> str:
 
 def _families():
   # Imported here: the families import this package's leaf modules.
-  from specdec_jax.models.gemma import GemmaModel  # pylint: disable=g-import-not-at-top
-  from specdec_jax.models.t5 import T5Model  # pylint: disable=g-import-not-at-top
-  return (T5Model, GemmaModel)
+  from specdec_jax.models import families  # pylint: disable=g-import-not-at-top
+  return families.model_classes()
 
 
 @functools.lru_cache(maxsize=None)

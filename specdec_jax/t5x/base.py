@@ -18,11 +18,13 @@ import numpy as np
 from flax.linen import partitioning as flax_partitioning
 
 from specdec_jax import models as models_lib
+from specdec_jax.models import families
 from specdec_jax import sharding
 from specdec_jax.decoding import inputs as inputs_lib
 from specdec_jax.decoding import registry
 from specdec_jax.decoding.loops.state import Request
 from specdec_jax.decoding.rules import sampling as sampling_lib
+from specdec_jax.decoding.verify.topology import Topology
 from specdec_jax.t5x import drafting
 
 _DECODER_PARAMS = ("decode_rng", "eos_id", "max_decode_steps")
@@ -69,13 +71,12 @@ def _resolve_model(model, overrides: Mapping[str, Any] | None, what: str):
   overrides = dict(overrides or {})
   if isinstance(model, str):
     return models_lib.get_model(model, **overrides)
-  configs = (models_lib.T5Config, models_lib.GemmaConfig)
-  if isinstance(model, configs):
+  if isinstance(model, families.config_classes()):
     return models_lib.model_from_config(_with(model, overrides, what))
   if hasattr(model, "step") and hasattr(model, "init_params"):
     if not overrides:
       return model
-    if type(model) in (models_lib.T5Model, models_lib.GemmaModel):
+    if type(model) in families.model_classes():
       return models_lib.model_from_config(_with(model.config, overrides,
                                                 what))
     raise ValueError(f"model_overrides {overrides} cannot be applied to the "
@@ -177,7 +178,7 @@ class SpeculativeModel:
     inputs_lib.check_models(self.method, self.drafter, self.verifier)
     self.drafting = drafting.resolve(self.method, self.drafter,
                                      self.verifier, gamma, tree, hierarchy)
-    self.topology, self.gamma = self.drafting.topology, int(gamma)
+    self.topology, self.gamma = Topology.chain(gamma), int(gamma)
     self.tree, self.hierarchy = self.drafting.tree, hierarchy
     if seed is not None and not 0 <= int(seed) < 2**32:
       raise ValueError(f"seed must be in [0, 2**32) or None, got {seed}")

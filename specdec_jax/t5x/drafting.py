@@ -22,7 +22,10 @@ checkpoint. Within that contract a Model drafts in one of three ways:
       level K   verifier                      params['target']
 
 Everything here is host-side and static (it runs when the Model is built or
-traced); :meth:`Drafting.run` runs the loop inside t5x's trace.
+traced). The resolved choice is a ``decoding.drafting.Drafting`` (shared
+with every adapter that traces the loop itself); :meth:`Drafting.run` runs
+the loop inside t5x's trace. Only :class:`Hierarchy` (early exits of the
+verifier, the t5x parameter contract) is t5x's own.
 """
 
 from __future__ import annotations
@@ -33,16 +36,11 @@ from typing import Sequence
 import numpy as np
 
 from specdec_jax import models as models_lib
+from specdec_jax.decoding import drafting as drafting_lib
 from specdec_jax.decoding import methods as methods_lib
-from specdec_jax.decoding.hierarchy import loop as hierarchy_loop
-from specdec_jax.decoding.hierarchy.api import check_levels
-from specdec_jax.decoding.hierarchy.stack import Stack
-from specdec_jax.decoding.loops import tree as tree_loop
-from specdec_jax.decoding.loops.program import run_program
-from specdec_jax.decoding.loops.state import Batch, LoopConfig
-from specdec_jax.decoding.rules.knobs import split
-from specdec_jax.decoding.verify.topology import Topology
-from specdec_jax.decoding.verify.tree import Tree
+from specdec_jax.decoding.drafting import Drafting, as_tree
+from specdec_jax.decoding.hierarchy.stack import check_levels
+from specdec_jax.decoding.strategy import Chain, Stack
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,80 +110,13 @@ class Hierarchy:
     return (drafter,) + exits + (verifier,)
 
 
-def as_tree(tree) -> Tree:
-  """A ``decoding.Tree`` from a Tree, a Topology or a list of parents."""
-  if isinstance(tree, Tree):
-    return tree
-  if isinstance(tree, Topology):
-    return Tree(tree)
-  if isinstance(tree, (list, tuple)):
-    return Tree(Topology(tuple(tree)))
-  raise ValueError(f"tree must be a decoding.Tree, a decoding.Topology or a "
-                   f"list of parent indices (-1 = root), got "
-                   f"{type(tree).__name__}")
-
-
-@dataclasses.dataclass(frozen=True)
-class Drafting:
-  """The resolved drafting of a Model (static, hashable).
-
-  Attributes:
-    models: the levels, cheapest first (drafter, ..., verifier).
-    param_keys: for each level, the key of its params ('draft'/'target').
-    topology: the chain of ``gamma`` (chain and hierarchy drafting).
-    tree: the draft tree, or None.
-    stack: the hierarchy's Stack, or None.
-  """
-
-  models: tuple
-  param_keys: tuple[str, ...]
-  topology: Topology
-  tree: Tree | None = None
-  stack: Stack | None = None
-
-  @property
-  def kind(self) -> str:
-    """'tree', 'hierarchy' or 'chain'."""
-    if self.tree is not None:
-      return "tree"
-    return "hierarchy" if self.stack is not None else "chain"
-
-  def config(self, method, **fields) -> LoopConfig:
-    """The static LoopConfig (a TreeConfig for trees) of one call."""
-    if self.tree is not None:
-      return tree_loop.make_config(self.tree, method,
-                                   self.models[-1].vocab_size, **fields)
-    return LoopConfig(topology=self.topology, **fields)
-
-  def run(self, method, params, batch: Batch, cfg: LoopConfig):
-    """Runs the decode loop on ``batch`` (traced or eager).
-
-    Args:
-      method: the Model's method.
-      params: the Model's {'draft': ..., 'target': ...}.
-      batch: the Batch of the call ([N] rows).
-      cfg: ``self.config(method, ...)``.
-
-    Returns:
-      LoopOutput ([N] rows; ``levels`` cheapest first).
-    """
-    level_params = tuple(params[k] for k in self.param_keys)
-    if self.stack is not None:
-      program = hierarchy_loop.program(self.models, cfg, self.stack,
-                                       split(method.target)[0])
-    else:
-      if self.tree is not None:
-        batch = tree_loop.add_tree(batch, cfg.topology)
-      program = method.program(self.models, cfg)
-    return run_program(program, (level_params, batch))
-
-
 def resolve(method, drafter, verifier, gamma: int, tree=None,
             hierarchy: Hierarchy | None = None) -> Drafting:
   """Checks a Model's drafting options and resolves them (host side).
 
   Every bad combination is a ValueError here, when the Model is built,
-  before anything is traced or compiled.
+  before anything is traced or compiled. The result is a
+  ``decoding.drafting.Drafting`` (the seam every adapter shares).
 
   Args:
     method: the Model's method object.
@@ -197,19 +128,14 @@ def resolve(method, drafter, verifier, gamma: int, tree=None,
   Returns:
     Drafting.
   """
-  chain = Topology.chain(gamma)
-  pair = dict(models=(drafter, verifier), param_keys=("draft", "target"),
-              topology=chain)
+  pair = dict(models=(drafter, verifier), param_keys=("draft", "target"))
   if tree is not None and hierarchy is not None:
     raise ValueError("set at most one of tree and hierarchy: a hierarchy's "
                      "levels draft chains, a tree is verified by one model")
   if tree is not None:
-    tree = as_tree(tree)
-    tree_loop.make_config(tree, method, verifier.vocab_size, max_new=1,
-                          eos_id=None)  # method / proposal / vocab checks
-    return Drafting(tree=tree, **pair)
+    return drafting_lib.resolve(method, structure=as_tree(tree), **pair)
   if hierarchy is None:
-    return Drafting(**pair)
+    return drafting_lib.resolve(method, structure=Chain(gamma), **pair)
   if not isinstance(hierarchy, Hierarchy):
     raise ValueError(f"hierarchy must be a specdec_jax.t5x.models.Hierarchy"
                      f"(exits=..., buffers=...), got "
@@ -222,5 +148,7 @@ def resolve(method, drafter, verifier, gamma: int, tree=None,
   _, _, buffers = check_levels([(m, None) for m in levels],
                                hierarchy.buffers)
   keys = ("draft",) + ("target",) * (len(levels) - 1)
-  return Drafting(models=levels, param_keys=keys, topology=chain,
-                  stack=Stack(buffers=buffers))
+  return drafting_lib.resolve(method, levels, keys, Stack(buffers))
+
+
+__all__ = ["Drafting", "Hierarchy", "as_tree", "resolve"]

@@ -64,7 +64,6 @@ def fingerprint(params) -> str:
 def pairs():
   """name -> (drafter, verifier, q_params, p_params, generate kwargs)."""
   from specdec_jax.eval import default_models  # pylint: disable=g-import-not-at-top
-  from tests.decoding.pairs import random_prompts, tiny_pair  # pylint: disable=g-import-not-at-top
   out = {}
   for name in default_models.PAIRS:
     pair = default_models.load(name)
@@ -72,11 +71,7 @@ def pairs():
     fp = fingerprint(pair.p_params)[:8] + fingerprint(pair.q_params)[:8]
     out[f"{name}@{fp}"] = (pair.drafter, pair.verifier, pair.q_params,
                            pair.p_params, pair.encode(exs))
-  for family in ("gemma", "t5"):
-    d, v, qp, pp = tiny_pair(family)
-    rows = random_prompts(np.random.default_rng(5), 8, v.vocab_size, 2, 9)
-    kw = {"inputs": rows} if family == "t5" else {"prompts": rows}
-    out[f"tiny_{family}"] = (d, v, qp, pp, kw)
+  out.update(structure_pairs())
   return out
 
 
@@ -96,6 +91,94 @@ def run_case(method_name: str, pair) -> dict:
               verifier_calls=out.verifier_calls.tolist(),
               drafter_calls=out.drafter_calls.tolist(),
               deferrals=[round(float(x), 4) for x in out.deferrals])
+
+
+# Draft-structure cases (issue 38), recorded on the code before the strategy
+# value (33eb9e7): trees of every proposal and a widths tree, a chain-shaped
+# top_k tree (the tree loop, not the chain shortcut), 3- and 4-level stacks
+# (one with a lenient middle level); greedy rows 0-7 and T = 1 rows 8-15.
+STRUCTURES = {
+    "tree_kary23_iid": ("spec_decode", {}, ("tree", "kary", "iid")),
+    "tree_kary23_without_replacement": (
+        "spec_decode", {}, ("tree", "kary", "without_replacement")),
+    "tree_kary23_top_k": ("spec_decode", {}, ("tree", "kary", "top_k")),
+    "tree_kary23_token_v3": ("token_v3", dict(alpha=0.5),
+                             ("tree", "kary", "without_replacement")),
+    "tree_widths": ("spec_decode", {}, ("tree", "widths",
+                                        "without_replacement")),
+    "tree_chain_top_k": ("spec_decode", {}, ("tree", "chain", "top_k")),
+    "stack3": ("spec_decode", {}, ("stack", (2, 4), None)),
+    "stack4": ("spec_decode", {}, ("stack", (1, 3, 2), None)),
+    "stack3_lenient": ("spec_decode", {}, ("stack", (2, 3), "token_v3")),
+}
+TOPOLOGIES = {"kary": lambda: decoding.Topology.kary(2, 3),
+              "widths": lambda: decoding.Topology.from_widths(
+                  [[3], [2, 1, 0], [1, 0, 1]]),
+              "chain": lambda: decoding.Topology.chain(3)}
+
+
+def structure_pairs():
+  """The tiny pairs (name -> generate args) the structure cases run on."""
+  from tests.decoding.pairs import random_prompts, tiny_pair  # pylint: disable=g-import-not-at-top
+  out = {}
+  for family in ("gemma", "t5"):
+    d, v, qp, pp = tiny_pair(family)
+    rows = random_prompts(np.random.default_rng(5), 8, v.vocab_size, 2, 9)
+    kw = {"inputs": rows} if family == "t5" else {"prompts": rows}
+    out[f"tiny_{family}"] = (d, v, qp, pp, kw)
+  return out
+
+
+def _levels(pair, buffers):
+  """A stack of ``len(buffers) + 1`` levels over a tiny pair."""
+  from specdec_jax import models  # pylint: disable=g-import-not-at-top
+  d, v, qp, pp, _ = pair
+  mid = models.early_exit(v, 1)
+  middle = [(mid, pp), (d, qp)][:len(buffers) - 1]
+  return [(d, qp)] + middle + [(v, pp)]
+
+
+def run_structure_case(case: str, pair) -> dict:
+  """Tokens and counters of one structure case on ``pair``."""
+  method_name, knobs, (kind, shape, extra) = STRUCTURES[case]
+  d, v, qp, pp, kw = pair
+  kw = {k: list(val) * 2 for k, val in kw.items()}
+  n = len(next(iter(kw.values())))
+  common = dict(sampling=decoding.Temperature([0.0] * 8 + [1.0] * (n - 8)),
+                max_new_tokens=MAX_NEW, seeds=list(range(10, 10 + n)),
+                request_ids=list(range(100, 100 + n)), **kw)
+  method = decoding.make_method(method_name, **knobs)
+  if kind == "tree":
+    out = decoding.generate(method, d, v, qp, pp, tree=decoding.Tree(
+        TOPOLOGIES[shape](), proposal=extra), **common)
+  else:
+    lenient = None if extra is None else {
+        1: decoding.make_method(extra, alpha=0.5)}
+    out = decoding.generate_hierarchy(_levels(pair, shape), list(shape),
+                                      method=method, lenient=lenient,
+                                      **common)
+  return dict(tokens=out.sequences(), accepted=out.accepted.tolist(),
+              drafted=out.drafted.tolist(), calls=out.calls.tolist(),
+              level_accepted=out.level_accepted.tolist(),
+              deferrals=[round(float(x), 4) for x in out.deferrals])
+
+
+def record_structures(path: str = PATH) -> None:
+  """Adds the structure cases of the tiny pairs to the record (the method
+  cases are kept as they are). Resumable: the file is written after every
+  case and cases already recorded are kept."""
+  with open(path) as f:
+    rec = json.load(f)
+  structures = rec.setdefault("structures", {})
+  for pname, pair in structure_pairs().items():
+    for case in STRUCTURES:
+      if f"{pname}/{case}" in structures:
+        continue
+      structures[f"{pname}/{case}"] = run_structure_case(case, pair)
+      with open(path, "w") as f:
+        json.dump(rec, f, indent=0, sort_keys=True)
+      print(pname, case, flush=True)
+    decoding.clear_compiled()
 
 
 def record(path: str = PATH, only_new: bool = False) -> None:
@@ -120,9 +203,12 @@ def record(path: str = PATH, only_new: bool = False) -> None:
       cases[f"{pname}/{m}"] = run_case(m, pair)
       print(pname, m, flush=True)
     decoding.clear_compiled()
+  out = dict(gamma=GAMMA, max_new_tokens=MAX_NEW, cases=cases)
+  if os.path.isfile(path):
+    with open(path) as f:
+      out["structures"] = json.load(f).get("structures", {})
   with open(path, "w") as f:
-    json.dump(dict(gamma=GAMMA, max_new_tokens=MAX_NEW, cases=cases), f,
-              indent=0, sort_keys=True)
+    json.dump(out, f, indent=0, sort_keys=True)
 
 
 if __name__ == "__main__":
@@ -132,6 +218,11 @@ if __name__ == "__main__":
   ap.add_argument("--record_new", action="store_true",
                   help="record only pairs without a record (retrained default "
                   "pairs); keep the others' records")
+  ap.add_argument("--record_structures", action="store_true",
+                  help="record the draft-structure cases (trees, stacks) "
+                  "of the tiny pairs")
   a = ap.parse_args()
-  if a.record or a.record_new:
+  if a.record_structures:
+    record_structures()
+  elif a.record or a.record_new:
     record(only_new=a.record_new)

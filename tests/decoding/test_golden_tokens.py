@@ -54,3 +54,25 @@ def test_the_record_covers_every_method_and_pair():
   assert names == set(golden.METHOD_NAMES)
   assert {p.split("@")[0] for p in _pair_names()} >= {
       "t5_codegen", "gemma_completion", "tiny_gemma", "tiny_t5"}
+
+
+def _structure_cases():
+  return sorted(_RECORD.get("structures", {}))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", _structure_cases())
+def test_every_structure_matches_the_golden_record(case):
+  """Trees (every proposal, a widths tree, a chain-shaped top_k tree) and
+  3-/4-level stacks on the tiny pairs, greedy and T = 1 rows, equal the
+  record made before the strategy value (issue 38)."""
+  pair_name, name = case.split("/")
+  pair = golden.structure_pairs()[pair_name]
+  assert golden.run_structure_case(name, pair) == _RECORD["structures"][case]
+
+
+def test_the_record_covers_every_structure_case():
+  names = {k.split("/")[1] for k in _RECORD["structures"]}
+  assert names == set(golden.STRUCTURES)
+  assert {k.split("/")[0] for k in _RECORD["structures"]} == {
+      "tiny_gemma", "tiny_t5"}

@@ -170,3 +170,21 @@ def test_bad_stacks_are_clear_errors(call, match):
   d, v, qp, pp = tiny_pair("gemma")
   with pytest.raises(ValueError, match=match):
     call(d, v, qp, pp)
+
+
+@pytest.mark.parametrize("bad_level", [0, 1])
+def test_nan_weights_below_the_target_are_reported(bad_level):
+  """NaN weights in the drafter (level 0) or the middle level (1) of a
+  3-level stack flag every row non-finite (as the chain loop does), and
+  'raise' raises; the target's own logits stay finite."""
+  import jax  # pylint: disable=g-import-not-at-top
+  d, v, qp, pp = tiny_pair("gemma")
+  nan = lambda p: jax.tree.map(lambda x: x * float("nan"), p)
+  levels = [(d, qp), (d, qp), (v, pp)]
+  levels[bad_level] = (d, nan(qp))
+  kw = dict(max_new_tokens=4, eos_id=None)
+  out = generate_hierarchy(levels, [2, 2], [[2, 3], [4]],
+                           on_nonfinite="return", **kw)
+  assert not out.finite.any()
+  with pytest.raises(FloatingPointError, match="non-finite logits"):
+    generate_hierarchy(levels, [2, 2], [[2, 3], [4]], **kw)

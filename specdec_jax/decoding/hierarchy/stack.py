@@ -9,23 +9,26 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 from jax import lax
 
 from specdec_jax.decoding import budget
 from specdec_jax.decoding.loops.state import Stream
+from specdec_jax.models.interface import check_decode_model
 from specdec_jax.decoding.rules.knobs import Static
 
 
 @dataclasses.dataclass(frozen=True)
-class Stack:
-  """Static shape of a hierarchy (part of the compile key).
+class StackShape:
+  """Static shape of a hierarchy (part of the compile key); built from a
+  ``decoding.Stack`` by ``request.py``.
 
   Attributes:
     buffers: (T_0, ..., T_{K-1}) buffer sizes, each >= 1.
     lenient: per intermediate level n = 1..K-1, the static half of a
       cascade target it verifies with (None: exact, SpecDecode); its knobs
-      travel in ``Batch.knobs`` as ``'level{n}.<knob>'``.
+      travel in ``Batch.structure`` (a ``StackKnobs``).
   """
 
   buffers: tuple[int, ...]
@@ -57,6 +60,38 @@ class Stack:
                            self.bound(self.depth - 1) + self.lag)
 
 
+def check_levels(levels, buffers) -> tuple[tuple, tuple, tuple[int, ...]]:
+  """(models, params, buffers) of a stack; ValueError for a bad stack."""
+  levels = list(levels)
+  if len(levels) < 2:
+    raise ValueError(f"a hierarchy needs at least two levels (a drafter and "
+                     f"the target), got {len(levels)}")
+  for i, lv in enumerate(levels):
+    if not (isinstance(lv, (tuple, list)) and len(lv) == 2):
+      raise ValueError(f"levels[{i}] must be a (model, params) pair, got "
+                       f"{type(lv).__name__}")
+  models = tuple(m for m, _ in levels)
+  for i, m in enumerate(models):
+    check_decode_model(m, f"level {i}")
+  for i, m in enumerate(models[1:], 1):
+    if m.vocab_size != models[0].vocab_size:
+      raise ValueError(
+          f"level {i} has a vocabulary of {m.vocab_size} ids but level 0 has "
+          f"{models[0].vocab_size}: every level must share the tokenizer "
+          f"(speculative sampling compares distributions token by token)")
+    if m.is_encoder_decoder != models[0].is_encoder_decoder:
+      raise ValueError(f"level {i} and level 0 must both be encoder-decoder "
+                       f"or both decoder-only")
+  buffers = list(buffers)
+  if len(buffers) != len(levels) - 1:
+    raise ValueError(f"{len(levels)} levels need {len(levels) - 1} buffer "
+                     f"sizes (T_0 .. T_K-1), got {len(buffers)}: {buffers}")
+  for i, t in enumerate(buffers):
+    if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 1:
+      raise ValueError(f"buffer T_{i} must be an integer >= 1, got {t!r}")
+  return models, tuple(p for _, p in levels), tuple(int(t) for t in buffers)
+
+
 @struct.dataclass
 class HState:
   """Outer loop state.
@@ -81,11 +116,14 @@ class Batchlet:
     props: [B, B_n, V] distribution each token was drawn from (transformed).
     logits: [B, B_n, V] the level's own logits before each token (unscaled
       q for a cascade target above).
+    finite: [B] bool, False when a level at or below this one met a
+      NaN/inf logit while making the batch.
   """
 
   count: jax.Array
   props: jax.Array
   logits: jax.Array
+  finite: jax.Array
 
 
 def put(ctx, pos, tok, active):

@@ -12,15 +12,13 @@ from __future__ import annotations
 
 from typing import Hashable, Protocol
 
-import jax
 import jax.numpy as jnp
-from flax import struct
 
 from specdec_jax.decoding.loops import state as state_lib
 from specdec_jax.decoding.loops.drafting import FallbackStop, draft_chain
 from specdec_jax.decoding.loops.program import LoopProgram
 from specdec_jax.decoding.loops.state import (
-    Batch, BlockTrace, Level, LoopConfig, Stream, all_finite)
+    Batch, BlockTrace, DraftState, Level, LoopConfig, Stream, all_finite)
 from specdec_jax.decoding.rules import keys as keys_lib
 from specdec_jax.decoding.rules import sampling
 from specdec_jax.decoding.verify.chain import verify_block
@@ -37,30 +35,11 @@ class SpecRule(Protocol, Hashable):
     ...
 
 
-@struct.dataclass
-class SpecState:
-  """Loop state of speculative decoding.
-
-  Attributes:
-    stream: the emitted token stream.
-    levels: (drafter, verifier) levels: caches and counters.
-    catchup: [B] int32 last accepted draft the drafter has not cached.
-    catchup_valid: [B] bool whether ``catchup`` must be fed first.
-    trace: optional BlockTrace (``LoopConfig.trace``), else None.
-  """
-
-  stream: Stream
-  levels: tuple[Level, Level]
-  catchup: jax.Array
-  catchup_valid: jax.Array
-  trace: object = None
-
-
 def _body(models, params, batch: Batch, cfg: LoopConfig, rule: SpecRule,
-          state: SpecState) -> SpecState:
+          state: DraftState) -> DraftState:
   drafter, verifier = models
   (q_level, p_level), stream = state.levels, state.stream
-  target, stop = rule.bind(state_lib.rule_knobs(batch.knobs))
+  target, stop = rule.bind(batch.knobs)
   strategy = cfg.strategy(batch)
   req, gamma, active = batch.req, cfg.gamma, ~stream.done
   extra = bool(target.needs_drafter_at_bonus)
@@ -108,13 +87,14 @@ def _body(models, params, batch: Batch, cfg: LoopConfig, rule: SpecRule,
   trace = state.trace
   if trace is not None:
     trace = trace.record(stream.step, active, drafts, out.accept, n, tok)
-  return SpecState(
+  return DraftState(
       stream=new_stream, levels=(q_level, p_level),
       catchup=keep(drafts[:, gamma - 1], state.catchup),
       catchup_valid=keep(lag, state.catchup_valid), trace=trace)
 
 
-def program(models: tuple, cfg: LoopConfig, rule: SpecRule) -> LoopProgram:
+def chain_program(models: tuple, cfg: LoopConfig,
+                  rule: SpecRule) -> LoopProgram:
   """Speculative decoding of a (drafter, verifier) stack as a LoopProgram.
 
   Args:
@@ -126,7 +106,7 @@ def program(models: tuple, cfg: LoopConfig, rule: SpecRule) -> LoopProgram:
     raise ValueError(f"the speculative chain loop needs a chain topology, "
                      f"got {cfg.topology}")
 
-  def init(args) -> SpecState:
+  def init(args) -> DraftState:
     params, batch = args
     b, width = batch.prompt.shape
     cap = state_lib.capacity(width, cfg)
@@ -135,20 +115,20 @@ def program(models: tuple, cfg: LoopConfig, rule: SpecRule) -> LoopProgram:
     zeros = jnp.zeros((b,), jnp.int32)
     trace = (BlockTrace.start(b, cfg.max_new, cfg.gamma) if cfg.trace
              else None)
-    return SpecState(
+    return DraftState(
         stream=Stream.start(pending, batch.req, cfg.max_new + cfg.gamma + 1,
                             cfg.pad_id),
         levels=(Level.start(q_cache, b), Level.start(p_cache, b)),
         catchup=zeros, catchup_valid=jnp.zeros((b,), bool), trace=trace)
 
-  def cond(args, s: SpecState):
+  def cond(args, s: DraftState):
     return (s.stream.step < cfg.max_new) & ~jnp.all(s.stream.done)
 
-  def body(args, s: SpecState) -> SpecState:
+  def body(args, s: DraftState) -> DraftState:
     params, batch = args
     return _body(models, params, batch, cfg, rule, s)
 
-  def finish(args, s: SpecState):
+  def finish(args, s: DraftState):
     return state_lib.output(s.stream, s.levels, cfg, trace=s.trace)
 
   return LoopProgram(("speculative", models, cfg, rule), init, cond, body,

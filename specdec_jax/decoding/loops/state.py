@@ -34,7 +34,10 @@ class LoopConfig:
   """Static configuration of a decode call (hashable, part of the jit key).
 
   Attributes:
-    topology: the draft block (``Topology.chain(gamma)`` for a chain).
+    topology: the draft block (``Topology.chain(gamma)`` for a chain; a
+      tree's ``TreeConfig`` keeps only its shape in the key; None for
+      loops that draft no fixed block: stacks, autoregressive loops may
+      still carry a chain).
     max_new: static output buffer size (>= every row's max_new_tokens).
     eos_id: end-of-sequence id, or None to ignore EOS.
     pad_id: filler of unused output slots.
@@ -43,7 +46,7 @@ class LoopConfig:
     trace: record per-block accept/reject traces (speculative loops).
   """
 
-  topology: Topology
+  topology: Topology | None
   max_new: int
   eos_id: int | None
   pad_id: int = 0
@@ -58,12 +61,6 @@ class LoopConfig:
   def gamma(self) -> int:
     """Draft depth: the number of drafted positions along a path."""
     return self.topology.max_depth
-
-
-def rule_knobs(knobs: dict) -> dict:
-  """The method rule's knobs of ``Batch.knobs`` (without the 'tree.*'
-  arrays a tree decode adds)."""
-  return {k: v for k, v in knobs.items() if "." not in k}
 
 
 def capacity(prompt_width: int, cfg: LoopConfig, chunk: int = 0) -> int:
@@ -99,6 +96,9 @@ class Batch:
     req: per-row Request.
     sampling: sampling knobs, name -> [B] (e.g. {'temperature', 'p'}).
     knobs: method knobs, name -> [B] (e.g. {'alpha', 'beta'}).
+    structure: per-row data of the draft structure
+      (``structure_data.py``): None for a chain, ``TreeArrays`` for a
+      tree, ``StackKnobs`` for a stack.
   """
 
   prompt: jax.Array
@@ -107,6 +107,7 @@ class Batch:
   req: Request
   sampling: dict
   knobs: dict
+  structure: object = None
 
 
 @struct.dataclass
@@ -233,6 +234,27 @@ class Stream:
         pending=jnp.where(active & (n > 0), last, self.pending),
         done=self.done | finished | ~finite, finite=finite,
         deferrals=deferrals), n
+
+
+@struct.dataclass
+class DraftState:
+  """Loop state of a drafter/verifier pair (the chain and tree loops).
+
+  Attributes:
+    stream: the emitted token stream.
+    levels: (drafter, verifier) levels: caches and counters.
+    catchup: [B] int32 last accepted draft (chain) / accepted depth-D node
+      (tree) the drafter has not cached.
+    catchup_valid: [B] bool whether ``catchup`` must be fed first.
+    trace: optional BlockTrace (``LoopConfig.trace``), else None.
+  """
+
+  stream: Stream
+  levels: tuple[Level, Level]
+  catchup: jax.Array
+  catchup_valid: jax.Array
+  trace: object = None
+
 
 @struct.dataclass
 class BlockTrace:

@@ -11,25 +11,23 @@ Each iteration of the ``lax.while_loop``:
 4. the path and the token are emitted; both caches keep the path with
    ``cache.commit(start, [root, path...], 1 + accepted)``.
 
-The tree is DATA: per-row arrays in ``Batch.knobs`` (keys 'tree.*'), so
-every tree with the same (nodes N, max depth D, max children C) and the
-same proposal kind shares one compiled program (the program key holds only
-those). A chain-shaped tree gives exactly the chain loop's tokens, up to
-float rounding of the drafter's block steps.
+The tree is DATA: per-row arrays in ``Batch.structure`` (a ``TreeArrays``,
+``structure_data.py``), so every tree with the same (nodes N, max depth D,
+max children C) and the same proposal kind shares one compiled program
+(the program key holds only those: ``TreeConfig`` compares by shape). A
+chain-shaped tree gives exactly the chain loop's tokens, up to float rounding of the drafter's block steps.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-import jax
 import jax.numpy as jnp
-from flax import struct
 
 from specdec_jax.decoding.loops import state as state_lib
 from specdec_jax.decoding.loops.program import LoopProgram
 from specdec_jax.decoding.loops.state import (
-    Batch, BlockTrace, Level, LoopConfig, Stream, all_finite)
+    Batch, BlockTrace, DraftState, Level, LoopConfig, Stream, all_finite)
 from specdec_jax.decoding.loops.tree_drafting import draft_tree
 from specdec_jax.decoding.rules import keys as keys_lib
 from specdec_jax.decoding.rules import sampling
@@ -41,45 +39,32 @@ from specdec_jax.decoding.verify.topology import Topology
 class TreeConfig(LoopConfig):
   """A LoopConfig whose draft block is a tree (``topology``).
 
+  Equality and hash (the program key) see the tree's SHAPE, not the tree:
+  ``topology`` is excluded from them, the tree itself is batch data.
+
   Attributes:
     proposal: how children are drawn (``verify.tree.PROPOSALS``).
     drafter_sync: 'commit' or 'catchup' (resolved, see ``verify.tree.Tree``).
+    shape: (nodes N, max depth D, max children C), set from ``topology``.
   """
 
+  topology: Topology = dataclasses.field(compare=False)
   proposal: str = "without_replacement"
   drafter_sync: str = "commit"
+  shape: tuple[int, int, int] = ()
 
-  @property
-  def shape(self) -> tuple[int, int, int]:
+  def __post_init__(self):
     t = self.topology
-    return t.num_nodes, t.max_depth, t.max_children
-
-
-@struct.dataclass
-class TreeState:
-  """Loop state of tree speculative decoding.
-
-  Attributes:
-    stream: the emitted token stream.
-    levels: (drafter, verifier) levels.
-    catchup: [B] int32 accepted depth-D node the drafter never fed.
-    catchup_valid: [B] bool whether it must be fed first.
-    trace: optional BlockTrace.
-  """
-
-  stream: Stream
-  levels: tuple[Level, Level]
-  catchup: jax.Array
-  catchup_valid: jax.Array
-  trace: object = None
+    object.__setattr__(self, "shape",
+                       (t.num_nodes, t.max_depth, t.max_children))
 
 
 def _body(models, params, batch: Batch, cfg: TreeConfig, rule,
-          state: TreeState) -> TreeState:
+          state: DraftState) -> DraftState:
   drafter, verifier = models
   (q_level, p_level), stream = state.levels, state.stream
-  target, _ = rule.bind(state_lib.rule_knobs(batch.knobs))
-  tree = {k: batch.knobs[k] for k in tree_lib.ARRAYS}
+  target, _ = rule.bind(batch.knobs)
+  tree = batch.structure.as_dict()  # the 'tree.*' arrays of the kernels
   strategy, req, active = cfg.strategy(batch), batch.req, ~stream.done
   n_nodes, d_max, _ = cfg.shape
   commit_drafter = cfg.drafter_sync == "commit"
@@ -132,7 +117,7 @@ def _body(models, params, batch: Batch, cfg: TreeConfig, rule,
   if trace is not None:
     trace = trace.record(stream.step, active, block[:, 1:], out.accept, n,
                          tok)
-  return TreeState(stream=new_stream, levels=(q_level, p_level),
+  return DraftState(stream=new_stream, levels=(q_level, p_level),
                    catchup=keep(last, state.catchup),
                    catchup_valid=keep(lag, state.catchup_valid), trace=trace)
 
@@ -204,15 +189,7 @@ def make_config(tree, method, vocab_size: int, **loop_fields) -> TreeConfig:
                     drafter_sync=sync, **loop_fields)
 
 
-def add_tree(batch: Batch, topology: Topology) -> Batch:
-  """``batch`` with the per-row tree arrays in its knobs ('tree.*')."""
-  b = batch.prompt.shape[0]
-  arrays = {k: jnp.asarray(v) for k, v in
-            tree_lib.tree_arrays(topology, b).items()}
-  return batch.replace(knobs={**batch.knobs, **arrays})
-
-
-def program(models: tuple, cfg: TreeConfig, rule) -> LoopProgram:
+def tree_program(models: tuple, cfg: TreeConfig, rule) -> LoopProgram:
   """Tree speculative decoding of a (drafter, verifier) pair.
 
   Args:
@@ -225,10 +202,8 @@ def program(models: tuple, cfg: TreeConfig, rule) -> LoopProgram:
     raise ValueError("the tree loop needs a TreeConfig (pass tree= to "
                      "decoding.generate)")
   shape = cfg.shape
-  # The key holds the shape, not the tree: same-shaped trees share it.
-  key_cfg = dataclasses.replace(cfg, topology=Topology.chain(1))
 
-  def init(args) -> TreeState:
+  def init(args) -> DraftState:
     params, batch = args
     b, width = batch.prompt.shape
     cap = state_lib.capacity(width, cfg, chunk=1)  # + a catch-up token
@@ -236,22 +211,22 @@ def program(models: tuple, cfg: TreeConfig, rule) -> LoopProgram:
     p_cache, _ = state_lib.start_cache(models[1], params[1], batch, cap)
     trace = (BlockTrace.start(b, cfg.max_new, shape[0]) if cfg.trace
              else None)
-    return TreeState(
+    return DraftState(
         stream=Stream.start(pending, batch.req, cfg.max_new + shape[1] + 1,
                             cfg.pad_id),
         levels=(Level.start(q_cache, b), Level.start(p_cache, b)),
         catchup=jnp.zeros((b,), jnp.int32),
         catchup_valid=jnp.zeros((b,), bool), trace=trace)
 
-  def cond(args, s: TreeState):
+  def cond(args, s: DraftState):
     return (s.stream.step < cfg.max_new) & ~jnp.all(s.stream.done)
 
-  def body(args, s: TreeState) -> TreeState:
+  def body(args, s: DraftState) -> DraftState:
     params, batch = args
     return _body(models, params, batch, cfg, rule, s)
 
-  def finish(args, s: TreeState):
+  def finish(args, s: DraftState):
     return state_lib.output(s.stream, s.levels, cfg, trace=s.trace)
 
-  return LoopProgram(("tree", models, key_cfg, shape, rule), init, cond,
-                     body, finish)
+  # cfg compares by the tree's shape: same-shaped trees share the key.
+  return LoopProgram(("tree", models, cfg, rule), init, cond, body, finish)

@@ -23,10 +23,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from specdec_jax import timing
-from specdec_jax.decoding import api
+from specdec_jax.decoding import inputs as inputs_lib
 from specdec_jax.decoding.loops.tree_drafting import _draw_children
+from specdec_jax.decoding.methods import TargetOnly
+from specdec_jax.decoding.api import decode
 from specdec_jax.decoding.rules import sampling as sampling_lib
 from specdec_jax.decoding.rules.knobs import split
+from specdec_jax.decoding.strategy import Strategy
 from specdec_jax.decoding.verify import tree as tree_lib
 from specdec_jax.decoding.verify.topology import Topology
 
@@ -154,15 +157,14 @@ def calibrate(method, drafter, verifier, q_params, p_params, prompts=None,
   Returns:
     (a_0, ..., a_{children-1}).
   """
-  from specdec_jax.decoding import methods  # pylint: disable=g-import-not-at-top
   strategy = sampling_lib.Greedy() if sampling is None else sampling
-  out = api.generate(methods.TargetOnly(), drafter, verifier, q_params,
-                     p_params, prompts, inputs=inputs, sampling=strategy,
-                     max_new_tokens=new_tokens, seeds=seed, eos_id=None)
+  out = decode(Strategy(TargetOnly(), sampling=strategy),
+               (drafter, verifier), (q_params, p_params), prompts, inputs=inputs,
+               max_new_tokens=new_tokens, seeds=seed, eos_id=None)
   if verifier.is_encoder_decoder:
     start = getattr(verifier.config, "decoder_start_id", 0)
     rows = [[start] + s for s in out.sequences()]
-    enc, _ = api.inputs_lib.pad_ragged(inputs, api.PAD_TO, "inputs")
+    enc, _ = inputs_lib.pad_ragged(inputs, inputs_lib.PAD_TO, "inputs")
     enc = jnp.asarray(enc, jnp.int32)
   else:
     rows = [list(p) + s for p, s in zip(prompts, out.sequences())]

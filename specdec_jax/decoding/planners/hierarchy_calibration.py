@@ -33,9 +33,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from specdec_jax import timing
-from specdec_jax.decoding import api
 from specdec_jax.decoding import inputs as inputs_lib
+from specdec_jax.decoding.methods import TargetOnly
+from specdec_jax.decoding.api import decode
 from specdec_jax.decoding.rules import sampling as sampling_lib
+from specdec_jax.decoding.strategy import Strategy
 
 
 def _teacher_rows(target, params, prompts, inputs, strategy, new_tokens: int,
@@ -47,10 +49,9 @@ def _teacher_rows(target, params, prompts, inputs, strategy, new_tokens: int,
     inputs [B, S] or None; (row, position) index arrays [M] of the
     positions whose next token is a continuation token).
   """
-  from specdec_jax.decoding import methods  # pylint: disable=g-import-not-at-top
-  out = api.generate(methods.TargetOnly(), target, target, params, params,
-                     prompts, inputs=inputs, sampling=strategy,
-                     max_new_tokens=new_tokens, seeds=seed, eos_id=None)
+  out = decode(Strategy(TargetOnly(), sampling=strategy), (target, target),
+               (params, params), prompts, inputs=inputs,
+               max_new_tokens=new_tokens, seeds=seed, eos_id=None)
   conts = out.sequences()
   if target.is_encoder_decoder:
     start = getattr(target.config, "decoder_start_id", 0)

@@ -1,0 +1,111 @@
+"""The ONE table of model families: what each family is made of.
+
+Every place that needs to know the families reads this table (model from
+config, the parameter-axes check, the CLI's input limits and tokenizer
+layout, the t5x adapter's model rebuild); a new family (Gemma 3 is next)
+is its own files (config + model module, checkpoint converters) plus ONE
+row here.
+
+    fam = families.of_model(model)     # Family('t5', ...)
+    fam.max_input_tokens               # 512
+    families.get("gemma").hf_model_types   # ('gemma', 'gemma2')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping
+
+from specdec_jax.models.gemma import GEMMA_PRESETS, GemmaConfig, GemmaModel
+from specdec_jax.models.t5 import T5_PRESETS, T5Config, T5Model
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+  """One model family.
+
+  Attributes:
+    name: the family's name ('t5', 'gemma'): tokenizer layout, CLI.
+    config_cls: its config dataclass.
+    model_cls: its FlaxDecodeModel class (``model_cls(config)``).
+    presets: preset name -> config.
+    encoder_decoder: whether its models are encoder-decoder.
+    hf_model_types: HF ``config.json`` ``model_type`` values it reads.
+    special_ids: the tokenizer's special ids (pad, eos, unk, bos; -1: none).
+    extra_ids: sentinel ids at the end of the vocabulary (T5: 100).
+    add_bos: whether prompts start with BOS.
+    max_input_tokens: default input limit of random / checkpoint models
+      (T5 v1.1 pre-trained on 512-token inputs; Gemma 8192-token context).
+    converters: checkpoint format -> module (dotted path) that converts
+      that format to this family's parameters (imported when used, so
+      models never import checkpoints).
+  """
+
+  name: str
+  config_cls: type
+  model_cls: type
+  presets: Mapping[str, object]
+  encoder_decoder: bool
+  hf_model_types: tuple[str, ...]
+  special_ids: Mapping[str, int]
+  extra_ids: int
+  add_bos: bool
+  max_input_tokens: int
+  converters: Mapping[str, str]
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family("t5", T5Config, T5Model, T5_PRESETS, True, ("t5", "mt5"),
+           dict(pad_id=0, eos_id=1, unk_id=2, bos_id=-1), 100, False, 512,
+           {"hf": "specdec_jax.checkpoints.hf_convert",
+            "t5x": "specdec_jax.checkpoints.t5x",
+            "native": "specdec_jax.checkpoints.native"}),
+    Family("gemma", GemmaConfig, GemmaModel, GEMMA_PRESETS, False,
+           ("gemma", "gemma2"), dict(pad_id=0, eos_id=1, bos_id=2, unk_id=3),
+           0, True, 8192,
+           {"hf": "specdec_jax.checkpoints.hf_convert",
+            "gemma": "specdec_jax.checkpoints.gemma_official",
+            "native": "specdec_jax.checkpoints.native"}),
+)
+BY_NAME: dict[str, Family] = {f.name: f for f in FAMILIES}
+
+
+def names() -> tuple[str, ...]:
+  """The families' names, in table order."""
+  return tuple(BY_NAME)
+
+
+def get(name: str) -> Family:
+  """The family ``name``; ValueError naming the known ones otherwise."""
+  if name not in BY_NAME:
+    raise ValueError(f"unknown model family {name!r}; known: "
+                     f"{', '.join(BY_NAME)}")
+  return BY_NAME[name]
+
+
+def of_config(config) -> Family:
+  """The family of a config object."""
+  for fam in FAMILIES:
+    if isinstance(config, fam.config_cls):
+      return fam
+  raise ValueError(f"expected a config of "
+                   f"{' or '.join(f.config_cls.__name__ for f in FAMILIES)}"
+                   f", got {type(config).__name__}")
+
+
+def of_model(model) -> Family:
+  """The family of a model (an early exit included)."""
+  for fam in FAMILIES:
+    if isinstance(model, fam.model_cls):
+      return fam
+  raise ValueError(f"expected a model of "
+                   f"{' or '.join(f.model_cls.__name__ for f in FAMILIES)}"
+                   f", got {type(model).__name__}")
+
+
+def model_classes() -> tuple[type, ...]:
+  return tuple(f.model_cls for f in FAMILIES)
+
+
+def config_classes() -> tuple[type, ...]:
+  return tuple(f.config_cls for f in FAMILIES)
