@@ -125,7 +125,10 @@ def test_main_job_and_plan_run_files_build(monkeypatch):
   main.parse_gin(["runs/plan.gin"], ["BATCHES = (1,)",
                                      "TOPOLOGIES = ('v4-8',)"])
   rows = main.run()
-  assert {r["batch"] for r in rows} == {1} and len(rows) == 2
+  from specdec_jax import plan  # pylint: disable=g-import-not-at-top
+  # One row per default pair (T5, Gemma 2, Gemma 3) at one batch and topology.
+  assert {r["batch"] for r in rows} == {1}
+  assert len(rows) == len(plan.DEFAULT_PAIRS) == 3
 
 
 def test_decode_run_end_to_end_on_tiny_models(tmp_path):

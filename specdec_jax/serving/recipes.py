@@ -16,24 +16,14 @@ from __future__ import annotations
 import dataclasses
 import re
 
-import jax.numpy as jnp
 import numpy as np
 
 from specdec_jax import decoding
-from specdec_jax.decoding import inputs as inputs_lib
 from specdec_jax.decoding import registry
-from specdec_jax.decoding.loops import tree as tree_loop
-from specdec_jax.decoding.loops.state import LoopConfig, Request
+from specdec_jax.decoding import request as request_lib
 from specdec_jax.decoding.rules import sampling as sampling_lib
-from specdec_jax.decoding.rules.knobs import split
 from specdec_jax.decoding.verify.topology import Topology
 
-try:  # the strategy value of issue 38 (decoding.Strategy, request.py)
-  from specdec_jax.decoding import request as request_lib  # pylint: disable=g-import-not-at-top
-  _HAS_STRATEGY = hasattr(decoding, "Strategy") and hasattr(
-      request_lib, "build_program")
-except ImportError:
-  request_lib, _HAS_STRATEGY = None, False
 
 MODES = ("off", "chain", "tree", "hierarchy")
 _SPEC_RE = re.compile(r"^(off|chain|tree|hierarchy|auto)(?::([0-9, ]+))?$")
@@ -137,17 +127,18 @@ class Recipe:
     program: the ``LoopProgram`` every slot of the pool runs.
     params: one parameter tree per model the program runs.
     method: the method object (its knobs go into the batch).
-    tree: the tree topology (mode 'tree'), else None.
+    strategy: the ``decoding.Strategy`` the pool runs.
+    cfg: its static ``LoopConfig``.
+    verifier: the target model (the one that shapes every row's batch).
   """
 
   key: tuple
   program: object = dataclasses.field(compare=False)
   params: tuple = dataclasses.field(compare=False)
   method: object = dataclasses.field(compare=False)
-  tree: Topology | None = dataclasses.field(compare=False, default=None)
-  strategy: object = dataclasses.field(compare=False, default=None)
-  cfg: object = dataclasses.field(compare=False, default=None)
-  verifier: object = dataclasses.field(compare=False, default=None)
+  strategy: object = dataclasses.field(compare=False)
+  cfg: object = dataclasses.field(compare=False)
+  verifier: object = dataclasses.field(compare=False)
 
 
 def make_method(name: str, knobs: dict):
@@ -190,34 +181,9 @@ def recipe_of(levels, spec: Speculation, method, strategy, *, max_new: int,
                                                  decoding.Speculative):
     raise ValueError("speculation 'hierarchy' verifies with a speculative "
                      "method (spec_decode, lossy or a cascade rule)")
-  if _HAS_STRATEGY:
-    return _strategy_recipe(models, params, spec, method, strategy,
-                            max_new=max_new, eos_id=eos_id, pad_id=pad_id,
-                            width=width)
-  from specdec_jax.decoding.hierarchy import loop as hloop  # pylint: disable=g-import-not-at-top
-  fields = dict(max_new=max_new, eos_id=eos_id, pad_id=pad_id,
-                sampling=inputs_lib.sampling_static(strategy))
-  tree = None
-  if spec.mode == "hierarchy":
-    stack = hloop.Stack(buffers=spec.buffers,
-                        lenient=(None,) * (len(spec.buffers) - 1))
-    cfg = LoopConfig(topology=Topology.chain(1), **fields)
-    program = hloop.program(models, cfg, stack, split(method.target)[0])
-  else:
-    pair = models[-2:] if len(models) > 1 else (models[-1],) * 2
-    params = params[-2:] if len(params) > 1 else (params[-1],) * 2
-    if spec.mode == "off":
-      method = decoding.TargetOnly()
-      cfg = LoopConfig(topology=Topology.chain(1), **fields)
-    elif spec.mode == "chain":
-      cfg = LoopConfig(topology=Topology.chain(spec.gamma), **fields)
-    else:
-      tree = Topology.kary(*spec.kary)
-      cfg = tree_loop.make_config(tree, method, pair[-1].vocab_size,
-                                  **fields)
-    program = method.program(pair, cfg)
-  return Recipe(key=(program.key, width), program=program, params=params,
-                method=method, tree=tree)
+  return _strategy_recipe(models, params, spec, method, strategy,
+                          max_new=max_new, eos_id=eos_id, pad_id=pad_id,
+                          width=width)
 
 
 def _strategy_recipe(models, params, spec, method, strategy, *, max_new,
@@ -257,25 +223,15 @@ def row_batch(recipe: Recipe, strategy, prompt: np.ndarray, plen: int,
     plen: its length.
     inputs: [S] encoder input padded to the pool's width, or None.
   """
-  if recipe.strategy is not None:
-    enc = inputs is not None
-    prep = request_lib.prepare(
-        recipe.strategy, recipe.verifier,
-        prompts=None if enc else [list(prompt[:plen])],
-        inputs=[list(inputs)] if enc else None, max_new_tokens=[max_tokens],
-        seeds=[seed], request_ids=[request_id],
-        pad_to=(inputs if enc else prompt).shape[0])
-    return request_lib.with_structure(prep.batch, recipe.strategy,
-                                      recipe.cfg)
-  req = Request(seed=jnp.asarray([seed], jnp.uint32),
-                request_id=jnp.asarray([request_id], jnp.int32),
-                max_new_tokens=jnp.asarray([max_tokens], jnp.int32))
-  batch = inputs_lib.make_batch(
-      prompt[None], np.asarray([plen], np.int32),
-      None if inputs is None else inputs[None], req, strategy, recipe.method)
-  if recipe.tree is not None:
-    batch = tree_loop.add_tree(batch, recipe.tree)
-  return batch
+  enc = inputs is not None
+  prep = request_lib.prepare(
+      recipe.strategy, recipe.verifier,
+      prompts=None if enc else [list(prompt[:plen])],
+      inputs=[list(inputs)] if enc else None, max_new_tokens=[max_tokens],
+      seeds=[seed], request_ids=[request_id],
+      pad_to=(inputs if enc else prompt).shape[0])
+  return request_lib.with_structure(prep.batch, recipe.strategy,
+                                    recipe.cfg)
 
 
 def is_greedy(strategy) -> bool:
