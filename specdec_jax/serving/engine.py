@@ -301,7 +301,7 @@ class Engine:
       rid = int(inputs_lib.default_request_ids(
           prompt[None], np.asarray([plen]), None if inputs is None else
           inputs[None], np.asarray([req.seed]))[0])
-    return recipe, strategy, prompt, plen, inputs, rid
+    return recipe, strategy, prompt, plen, inputs, rid, method
 
   def _rows(self, ids):
     row = np.full((self.width,), 0, np.int64)
@@ -326,9 +326,9 @@ class Engine:
 
   def prefill(self, req: EngineRequest) -> Prefix:
     """Checks a request and prefills it (encode + every level's cache)."""
-    recipe, strategy, prompt, plen, inputs, rid = self.check(req)
+    recipe, strategy, prompt, plen, inputs, rid, method = self.check(req)
     batch = recipes.row_batch(recipe, strategy, prompt, plen, inputs,
-                              req.seed, rid, req.max_tokens)
+                              req.seed, rid, req.max_tokens, method=method)
     init = self._jit(recipe, "init", lambda: jax.jit(recipe.program.init))
     state = init((recipe.params, batch))
     return Prefix(key=recipe.key, recipe=recipe, batch=batch, state=state,

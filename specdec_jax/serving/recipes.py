@@ -215,23 +215,34 @@ def _strategy_recipe(models, params, spec, method, strategy, *, max_new,
 
 def row_batch(recipe: Recipe, strategy, prompt: np.ndarray, plen: int,
               inputs: np.ndarray | None, seed: int, request_id: int,
-              max_tokens: int):
+              max_tokens: int, method=None):
   """The one-row Batch of a request, built as ``decoding.generate`` does.
 
+  The pool's recipe is shared by every request of its strategy key, so the
+  row's traced knobs (temperature, top-k/top-p, the method's alpha/beta)
+  come from THIS request's sampling and method, never from the request that
+  created the pool.
+
   Args:
+    strategy: the request's sampling strategy (its knob values).
+    method: the request's method object (its knob values); None for
+      speculation 'off' (the pool's target-only method).
     prompt: [P] decoder prompt, padded to the pool's width.
     plen: its length.
     inputs: [S] encoder input padded to the pool's width, or None.
   """
   enc = inputs is not None
+  strat = recipe.strategy.replace(sampling=strategy)
+  if method is not None and not isinstance(recipe.method,
+                                           decoding.TargetOnly):
+    strat = strat.replace(method=method)
   prep = request_lib.prepare(
-      recipe.strategy, recipe.verifier,
+      strat, recipe.verifier,
       prompts=None if enc else [list(prompt[:plen])],
       inputs=[list(inputs)] if enc else None, max_new_tokens=[max_tokens],
       seeds=[seed], request_ids=[request_id],
       pad_to=(inputs if enc else prompt).shape[0])
-  return request_lib.with_structure(prep.batch, recipe.strategy,
-                                    recipe.cfg)
+  return request_lib.with_structure(prep.batch, strat, recipe.cfg)
 
 
 def is_greedy(strategy) -> bool:

@@ -67,3 +67,25 @@ def test_power_of_two_sub_batch_and_bad_requests():
                       ({"seed": -1}, "seed")]:
     with pytest.raises(ValueError, match=msg):
       eng.prefill(EngineRequest(**{**base, **change}))
+
+
+def test_pool_rows_take_their_own_knobs():
+  """Requests sharing one pool (same strategy key) keep their OWN traced
+  knobs: the pool was created by a T=1 / alpha=0.9 request, and a later
+  greedy / alpha=0.1 request must still decode as it would alone (the
+  pool's recipe must not lend its creator's temperature or alpha)."""
+  eng = common.engine()
+  spec = Speculation("chain", gamma=3)
+  reqs = [
+      EngineRequest(prompt=(2, 7, 9), max_tokens=6, speculation=spec,
+                    method="token_v3", knobs=(("alpha", 0.9),),
+                    temperature=1.0, seed=5),
+      EngineRequest(prompt=(2, 5, 6), max_tokens=6, speculation=spec,
+                    method="token_v3", knobs=(("alpha", 0.1),),
+                    temperature=0.7, seed=1),
+      EngineRequest(prompt=(2, 4), max_tokens=6, speculation=spec,
+                    method="spec_decode", temperature=1.0, seed=3),
+      EngineRequest(prompt=(2, 5, 6), max_tokens=6, speculation=spec,
+                    method="spec_decode", temperature=0.0, seed=3),
+  ]
+  assert common.drive(eng, reqs) == common.offline(reqs)
