@@ -19,7 +19,7 @@ For every stack, batch size (--batches) and temperature (--temperatures):
 1. calibrate (``decoding.planners.hierarchy_calibration``): pairwise alpha
    from one teacher-forced pass over --cal_prompts requests, and per-call
    costs of every model at every block width, timed at that batch size;
-2. plan (``decoding.hierarchy.planner``, via ``eval.plan_hierarchy
+2. plan (``decoding.hierarchy.planner``, via ``plan_hierarchy_run
    .order_and_plan``): candidates ordered by cost, the ranked hierarchies;
 3. measure target-only, every candidate as the single drafter of a 2-level
    stack (with its best buffer under the model), the planner's choice and
@@ -61,7 +61,7 @@ import numpy as np
 from specdec_jax import decoding, models
 from specdec_jax.decoding.hierarchy import latency
 from specdec_jax.decoding.planners import hierarchy_calibration as calib
-from specdec_jax.eval import plan_hierarchy
+from specdec_jax import plan_hierarchy_run as plan_hierarchy
 from specdec_jax.eval import results_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

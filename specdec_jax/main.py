@@ -161,7 +161,7 @@ def plan_tree_spec(drafter=None, verifier=None, method=None, sampling=None,
   (docs/trees.md) is printed and written to ``output`` as a gin file that
   decode runs include.
   """
-  from specdec_jax.eval import plan_tree as plan_tree_lib  # pylint: disable=g-import-not-at-top
+  from specdec_jax import plan_tree_run as plan_tree_lib  # pylint: disable=g-import-not-at-top
   if drafter is None or verifier is None:
     raise ValueError("plan-tree needs a drafter and a verifier: include a "
                      "gin/pairs/*.gin file")
@@ -247,7 +247,7 @@ def plan_hierarchy_spec(verifier=None, candidates=None, sampling=None,
   call costs timed at ``batch_size``; the planner's best hierarchies are
   printed and the chosen one written to ``output`` (docs/hierarchy.md).
   """
-  from specdec_jax.eval import plan_hierarchy  # pylint: disable=g-import-not-at-top
+  from specdec_jax import plan_hierarchy_run as plan_hierarchy  # pylint: disable=g-import-not-at-top
   if verifier is None:
     raise ValueError("plan-hierarchy needs a verifier: include a "
                      "gin/pairs/*.gin file")

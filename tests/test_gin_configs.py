@@ -195,7 +195,7 @@ def test_tree_files_build(path, monkeypatch):
 
 
 def test_plan_tree_run_file_builds(monkeypatch):
-  from specdec_jax.eval import plan_tree  # pylint: disable=g-import-not-at-top
+  from specdec_jax import plan_tree_run as plan_tree  # pylint: disable=g-import-not-at-top
   seen = {}
   monkeypatch.setattr(plan_tree, "run_plan_tree",
                       lambda *a, **k: seen.update(args=a, kw=k))
@@ -241,7 +241,7 @@ def test_hierarchy_files_build(path, monkeypatch):
 
 
 def test_plan_hierarchy_run_file_builds(monkeypatch):
-  from specdec_jax.eval import plan_hierarchy  # pylint: disable=g-import-not-at-top
+  from specdec_jax import plan_hierarchy_run as plan_hierarchy  # pylint: disable=g-import-not-at-top
   seen = {}
   monkeypatch.setattr(plan_hierarchy, "run_plan_hierarchy",
                       lambda *a, **k: seen.update(args=a, kw=k))

@@ -11,7 +11,7 @@ import pytest
 from specdec_jax import decoding, main, models
 from specdec_jax.decoding.hierarchy import planner
 from specdec_jax.decoding.planners import hierarchy_calibration as calib
-from specdec_jax.eval import plan_hierarchy
+from specdec_jax import plan_hierarchy_run as plan_hierarchy
 
 # Seconds of one call at width 1 of: the drafter, exit:1, the verifier.
 COSTS = (0.02, 0.06, 1.0)

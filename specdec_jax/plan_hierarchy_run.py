@@ -23,7 +23,7 @@ import numpy as np
 from specdec_jax import hierarchy_spec as spec_lib
 from specdec_jax.decoding.hierarchy import planner as planner_lib
 from specdec_jax.decoding.planners import hierarchy_calibration as calib
-from specdec_jax.eval import plan_tree
+from specdec_jax import plan_tree_run as plan_tree
 
 TARGET = "verifier"
 
