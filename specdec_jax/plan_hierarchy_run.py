@@ -63,13 +63,7 @@ def _prompts(verifier, v_model, tok, input_file, num_prompts: int,
   tokenizer)."""
   enc = v_model.is_encoder_decoder
   if input_file:
-    from specdec_jax import decode_requests, model_spec  # pylint: disable=g-import-not-at-top
-    _, _, vocab = model_spec.vocab_of(None, verifier, False)
-    good, failed = decode_requests.read_requests(input_file, vocab)
-    if failed or not good:
-      raise ValueError(f"{input_file}: {len(failed)} bad request(s) "
-                       f"({failed[0] if failed else 'no requests'})")
-    rows = [list(r.ids) for r in good[:num_prompts]]
+    rows, _ = plan_tree.request_rows(input_file, None, verifier, num_prompts)
   elif verifier.default_pair:
     from specdec_jax.eval import default_models  # pylint: disable=g-import-not-at-top
     name = default_models.BENCHMARK_NAMES.get(verifier.default_pair,

@@ -40,15 +40,33 @@ def _requests(drafter, verifier, input_file, num_prompts: int, seed: int):
     prompts, inputs = (None, rows) if v_model.is_encoder_decoder else (
         rows, None)
   if input_file:
-    from specdec_jax import decode_requests, model_spec  # pylint: disable=g-import-not-at-top
-    _, _, vocab = model_spec.vocab_of(drafter, verifier, True)
-    good, failed = decode_requests.read_requests(input_file, vocab)
-    if failed or not good:
-      raise ValueError(f"{input_file}: {len(failed)} bad request(s) "
-                       f"({failed[0] if failed else 'no requests'})")
-    ids = [list(r.ids) for r in good[:num_prompts]]
-    prompts, inputs = (None, ids) if vocab.encoder_decoder else (ids, None)
+    ids, enc = request_rows(input_file, drafter, verifier, num_prompts)
+    prompts, inputs = (None, ids) if enc else (ids, None)
   return models, prompts, inputs
+
+
+def request_rows(input_file: str, drafter, verifier, num_prompts: int):
+  """The first ``num_prompts`` requests of a JSONL request file.
+
+  Args:
+    drafter: the drafter's ModelSpec, or None (only the verifier's
+      vocabulary is checked then).
+    verifier: the verifier's ModelSpec.
+
+  Returns:
+    (rows, encoder_decoder): [num_prompts] lists of token ids, and whether
+    they are encoder inputs.
+
+  Raises:
+    ValueError naming the file when a request is bad or there is none.
+  """
+  from specdec_jax import decode_requests, model_spec  # pylint: disable=g-import-not-at-top
+  _, _, vocab = model_spec.vocab_of(drafter, verifier, drafter is not None)
+  good, failed = decode_requests.read_requests(input_file, vocab)
+  if failed or not good:
+    raise ValueError(f"{input_file}: {len(failed)} bad request(s) "
+                     f"({failed[0] if failed else 'no requests'})")
+  return [list(r.ids) for r in good[:num_prompts]], vocab.encoder_decoder
 
 
 def format_plan(plan, acceptance, sync: str) -> str:

@@ -83,24 +83,24 @@ def get(name: str) -> Family:
   return BY_NAME[name]
 
 
+def _family_of(obj, attr: str, what: str) -> Family:
+  """The family whose ``attr`` class ``obj`` is an instance of."""
+  for fam in FAMILIES:
+    if isinstance(obj, getattr(fam, attr)):
+      return fam
+  raise ValueError(f"expected a {what} of "
+                   f"{' or '.join(getattr(f, attr).__name__ for f in FAMILIES)}"
+                   f", got {type(obj).__name__}")
+
+
 def of_config(config) -> Family:
   """The family of a config object."""
-  for fam in FAMILIES:
-    if isinstance(config, fam.config_cls):
-      return fam
-  raise ValueError(f"expected a config of "
-                   f"{' or '.join(f.config_cls.__name__ for f in FAMILIES)}"
-                   f", got {type(config).__name__}")
+  return _family_of(config, "config_cls", "config")
 
 
 def of_model(model) -> Family:
   """The family of a model (an early exit included)."""
-  for fam in FAMILIES:
-    if isinstance(model, fam.model_cls):
-      return fam
-  raise ValueError(f"expected a model of "
-                   f"{' or '.join(f.model_cls.__name__ for f in FAMILIES)}"
-                   f", got {type(model).__name__}")
+  return _family_of(model, "model_cls", "model")
 
 
 def model_classes() -> tuple[type, ...]:

@@ -54,18 +54,15 @@ def check_params(params: Mapping[str, Any], expected: Mapping[str, Any],
     raise ValueError(f"{what} must be a nested dict of arrays, got "
                      f"{type(params).__name__}")
   got, want = flatten_params(params), flatten_params(expected)
-  missing = [p for p in want if p not in got]
-  if missing:
-    raise ValueError(
-        f"{what} is missing {len(missing)} leaf/leaves, first: '{missing[0]}' "
-        f"(expected shape {tuple(want[missing[0]].shape)}); the checkpoint "
-        f"or parameter tree does not match this architecture")
-  extra = [p for p in got if p not in want]
-  if extra:
-    raise ValueError(
-        f"{what} has {len(extra)} unexpected leaf/leaves, first: '{extra[0]}' "
-        f"(shape {tuple(np.shape(got[extra[0]]))}); the checkpoint or "
-        f"parameter tree does not match this architecture")
+  for side, other, says, shape_word in ((want, got, "is missing", "expected "),
+                                        (got, want, "has", "")):
+    odd = [p for p in side if p not in other]
+    if odd:
+      kind = "" if side is want else "unexpected "
+      raise ValueError(
+          f"{what} {says} {len(odd)} {kind}leaf/leaves, first: '{odd[0]}' "
+          f"({shape_word}shape {tuple(np.shape(side[odd[0]]))}); the "
+          f"checkpoint or parameter tree does not match this architecture")
   for path, ref in want.items():
     shape = tuple(np.shape(got[path]))
     if shape != tuple(ref.shape):
