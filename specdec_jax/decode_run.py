@@ -48,7 +48,7 @@ import jax
 import numpy as np
 
 from specdec_jax import decode_requests, decoding, hierarchy_spec
-from specdec_jax import model_spec
+from specdec_jax import model_spec, program_cache
 from specdec_jax.decoding import budget
 from specdec_jax.eval import harness
 
@@ -115,7 +115,8 @@ def _tree_bytes(tree) -> int:
 def cache_bytes(model, batch: int, length: int, src_len: int = 1) -> int:
   """Bytes of ``model``'s KV cache for ``batch`` rows x ``length`` slots.
 
-  Computed with ``jax.eval_shape``: nothing is allocated.
+  Computed with ``jax.eval_shape``: nothing is allocated (and read from
+  ``program_cache`` when it is on and a run already sized it).
   """
   def build(params):
     if model.is_encoder_decoder:
@@ -123,7 +124,12 @@ def cache_bytes(model, batch: int, length: int, src_len: int = 1) -> int:
                                                  jax.numpy.int32))
       return model.init_cache(batch, length, enc)
     return model.init_cache(batch, length)
-  return _tree_bytes(jax.eval_shape(build, model.param_shapes()))
+  compute = lambda: _tree_bytes(jax.eval_shape(build, model.param_shapes()))
+  key = program_cache.stable_repr(model)
+  if key is None:
+    return compute()
+  return program_cache.memo("cache_bytes", f"{key}|{batch}|{length}|"
+                            f"{src_len}", compute)
 
 
 def available_memory() -> tuple[int, str]:

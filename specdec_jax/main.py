@@ -37,7 +37,8 @@ from typing import Sequence
 from absl import flags
 import gin
 
-from specdec_jax import decode_requests, decoding, gin_checks, runs
+from specdec_jax import decode_requests, decoding, gin_checks, program_cache
+from specdec_jax import runs
 from specdec_jax import hierarchy_spec as hierarchy_lib
 
 GIN_DIR = os.path.join(os.path.dirname(os.path.dirname(
@@ -666,10 +667,17 @@ def main(argv: Sequence[str]) -> None:
                      f"modes: {', '.join(MODES)}; `specdec_jax --help` shows "
                      f"more)")
   _maybe_initialize_distributed()
-  enable_compilation_cache(compilation_cache_dir(_COMPILATION_CACHE.value))
+  cache = compilation_cache_dir(_COMPILATION_CACHE.value)
+  enable_compilation_cache(cache)
   parse_gin(_GIN_FILES.value, list(_GIN_BINDINGS.value) + _flag_bindings(),
             _GIN_SEARCH_PATHS.value)
-  run(**({"mode": mode} if mode else {}))
+  # Beside the compilation cache: traced programs and shapes, so a warm run
+  # neither traces nor lowers (program_cache.py); off again after the run.
+  program_cache.enable(cache and os.path.join(cache, "specdec_jax_programs"))
+  try:
+    run(**({"mode": mode} if mode else {}))
+  finally:
+    program_cache.enable(None)
 
 
 def _one_line(e: BaseException) -> str:

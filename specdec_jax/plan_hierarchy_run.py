@@ -149,19 +149,27 @@ def run_plan_hierarchy(verifier, candidates, sampling, *, max_buffer: int = 8,
                              v_tok, what)
   prompts, inputs = _prompts(verifier, v_arch, v_tok, input_file,
                              num_prompts, seed)
+  bar = plan_tree.StageBar("plan-hierarchy", [
+      "loading the models", "calibrating pairwise alpha",
+      "timing the models", "planning"])
   levels = _load(verifier, named)
+  bar.next()
   names = [n for n, _ in named] + [TARGET]
   alpha = calib.pairwise_alpha(levels, prompts, inputs=inputs,
                                sampling=sampling, new_tokens=new_tokens,
                                seed=seed)
+  bar.next()
   depth = min(max_depth or len(named), len(named))
   costs = calib.measure_call_costs(
       levels, batch=batch_size,
       widths=calib.planner_widths(max_buffer, depth), sampling=sampling,
       repeats=repeats)
-  return _plan_and_report(names, alpha, costs, named, max_buffer, max_depth,
-                          planner, top, output, sampling,
-                          len(prompts or inputs), new_tokens)
+  bar.next()
+  report = _plan_and_report(names, alpha, costs, named, max_buffer,
+                            max_depth, planner, top, output, sampling,
+                            len(prompts or inputs), new_tokens)
+  bar.next()
+  return report
 
 
 def order_and_plan(names: Sequence[str], alpha, costs: calib.CallCosts,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import numpy as np
 
@@ -117,6 +118,31 @@ def check_output(output: str | None) -> None:
                      f"(check its permissions or choose another OUTPUT)")
 
 
+class StageBar:
+  """A progress bar (stderr) over a planner's stages.
+
+  The searches themselves are bounded to seconds (``tree_shape.check_search``,
+  ``hierarchy.planner.check_search``); what takes time is calibrating on the
+  requests and timing the models, so the bar names the stage in progress.
+  """
+
+  def __init__(self, desc: str, stages: list[str]):
+    from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+    self.stages, self.done = stages, 0
+    self.bar = tqdm(total=len(stages), desc=desc, unit="stage",
+                    file=sys.stderr)
+    self.bar.set_postfix_str(stages[0])
+
+  def next(self) -> None:
+    """Marks the current stage done (and closes the bar after the last)."""
+    self.done += 1
+    self.bar.update()
+    if self.done < len(self.stages):
+      self.bar.set_postfix_str(self.stages[self.done])
+    else:
+      self.bar.close()
+
+
 def run_plan_tree(drafter, verifier, method, sampling, *, proposal: str,
                   max_nodes: int, max_depth: int, children: int,
                   batch_size: int, input_file: str | None, num_prompts: int,
@@ -139,16 +165,22 @@ def run_plan_tree(drafter, verifier, method, sampling, *, proposal: str,
   tree_shape.check_search(max_nodes, max_depth, 1, costed=True)
   inputs_lib.check_method(method, sampling or decoding.Greedy())
   check_output(output)
+  bar = StageBar("plan-tree", ["loading the models", "calibrating "
+                 "acceptance", "timing the models", "planning"])
   (d, v, qp, pp), prompts, inputs = _requests(drafter, verifier, input_file,
                                               num_prompts, seed)
+  bar.next()
   acceptance = planners.calibrate(
       method, d, v, qp, pp, prompts, inputs=inputs, sampling=sampling,
       proposal=proposal, children=children, new_tokens=new_tokens, seed=seed)
+  bar.next()
   widths = [w for w in (1, 2, 4, 8, 16, 32, 64, 128) if w < max_nodes + 1]
   costs = planners.measure_costs(d, v, qp, pp, batch=batch_size,
                                  widths=widths + [max_nodes + 1])
+  bar.next()
   sync = "commit" if method.target.needs_drafter_at_bonus else "catchup"
   plan = planners.plan_tree(acceptance, costs, max_nodes, max_depth, sync)
+  bar.next()
   note = (f"Planned by `specdec_jax plan-tree` for {method!r}, sampling "
           f"{sampling!r}, batch {batch_size}: predicted "
           f"{plan.tokens_per_call:.2f} tokens per verifier call, "

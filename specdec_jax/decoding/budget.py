@@ -32,6 +32,8 @@ import resource
 import jax
 import numpy as np
 
+from specdec_jax import program_cache
+
 GIB = 2**30
 MAX_POSITIONS = 2**31 - 1  # positions and cache slots are int32
 
@@ -135,9 +137,13 @@ def _state_bytes(program, args) -> int:
       x).dtype) if not hasattr(x, "dtype") else str(x.dtype))
                                      for x in leaves))
   if sig not in _STATE_BYTES:
-    state = jax.eval_shape(program.init, args)
-    _STATE_BYTES[sig] = sum(int(np.prod(x.shape)) * x.dtype.itemsize
-                            for x in jax.tree.leaves(state))
+    def compute():
+      state = jax.eval_shape(program.init, args)
+      return sum(int(np.prod(x.shape)) * x.dtype.itemsize
+                 for x in jax.tree.leaves(state))
+    key = program_cache.stable_repr(sig)
+    _STATE_BYTES[sig] = (compute() if key is None else
+                         program_cache.memo("state_bytes", key, compute))
   return _STATE_BYTES[sig]
 
 

@@ -220,10 +220,12 @@ def make_batch(prompt, prompt_len, inputs, req: Request, strategy,
   """The Batch of a call: arrays plus per-row [B] knob dicts."""
   b = prompt.shape[0]
   _, sampling_knobs = knobs_lib.split(sampling_lib.canonical(strategy))
+  # device_put of host arrays: jnp.asarray would compile a copy program
+  # per shape (a warm CLI run pays for each, ~10-50 ms).
+  ids = lambda x: jax.device_put(np.asarray(x, np.int32))
   return Batch(
-      prompt=jnp.asarray(prompt, jnp.int32),
-      prompt_len=jnp.asarray(prompt_len, jnp.int32),
-      inputs=None if inputs is None else jnp.asarray(inputs, jnp.int32),
+      prompt=ids(prompt), prompt_len=ids(prompt_len),
+      inputs=None if inputs is None else ids(inputs),
       req=req, sampling=knobs_lib.per_row(sampling_knobs, b, "sampling"),
       knobs=knobs_lib.per_row(method.knobs(), b, "method"))
 
@@ -358,10 +360,10 @@ def prepare_batch(method, verifier, strategy, *, prompts, inputs,
   rows = prompt.shape[0]
   max_new = check_max_new(max_new_tokens, rows)
   seeds = check_seeds(seeds, rows)
-  req = Request(seed=jnp.asarray(seeds),
-                request_id=jnp.asarray(request_ids_of(request_ids, prompt,
-                                                      plen, inp, seeds)),
-                max_new_tokens=jnp.asarray(max_new.astype(np.int32)))
+  req = Request(seed=jax.device_put(seeds),
+                request_id=jax.device_put(request_ids_of(request_ids, prompt,
+                                                         plen, inp, seeds)),
+                max_new_tokens=jax.device_put(max_new.astype(np.int32)))
   batch = make_batch(prompt, plen, inp, req, strategy, method)
   if mesh is not None:
     batch = pad_batch(batch, data_parallelism(mesh))

@@ -283,14 +283,17 @@ def _append_timings(path: str, timings: dict) -> list[dict]:
 def enable_compilation_cache(path: str) -> None:
   """Keeps compiled programs in ``path`` so a rerun does not compile again.
 
-  Sets JAX's persistent compilation cache (process-wide); call it before the
-  first compilation.
+  Sets JAX's persistent compilation cache (process-wide) and, beside it, the
+  program store (``program_cache.py``: traced programs and shapes, so a
+  rerun does not trace either); call it before the first compilation.
   """
   import jax  # pylint: disable=g-import-not-at-top
+  from specdec_jax import program_cache  # pylint: disable=g-import-not-at-top
   os.makedirs(path, exist_ok=True)
   jax.config.update("jax_compilation_cache_dir", path)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+  program_cache.enable(os.path.join(path, "specdec_jax_programs"))
 
 
 def _floats(text: str) -> list[float]:

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specdec_jax import program_cache
 from specdec_jax.models import cache as cache_lib
 from specdec_jax.models import masks as masks_lib
 from specdec_jax.models.cache import KVCache
@@ -118,7 +119,23 @@ class FlaxDecodeModel(abc.ABC):
     return flax.core.unfreeze(unbox(variables["params"]))
 
   def param_shapes(self) -> dict:
-    """ShapeDtypeStruct tree of the (full) parameters, nothing allocated."""
+    """ShapeDtypeStruct tree of the (full) parameters, nothing allocated.
+
+    Read from ``program_cache`` when it is on and a run already traced
+    this config (a warm CLI run skips tracing the model's init).
+    """
+    key = program_cache.stable_repr(self.base())
+    if key is None or program_cache.directory() is None:
+      return self.param_shapes_traced()
+    flat = program_cache.memo("param_shapes", key, lambda: [
+        ["/".join(p), list(x.shape), str(x.dtype)] for p, x in
+        flax.traverse_util.flatten_dict(self.param_shapes_traced()).items()])
+    return flax.traverse_util.unflatten_dict(
+        {tuple(p.split("/")): jax.ShapeDtypeStruct(tuple(s), jnp.dtype(d))
+         for p, s, d in flat})
+
+  def param_shapes_traced(self) -> dict:
+    """:meth:`param_shapes` traced from the model's init (no store)."""
     return flax.core.unfreeze(unbox(_boxed_shapes(self.base())))  # fresh
 
   def param_axes(self) -> dict:

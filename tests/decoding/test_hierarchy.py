@@ -36,6 +36,28 @@ def test_three_levels_on_fakes_hand_traced():
   assert out.drafter_calls.tolist() == [12]
 
 
+def test_decreasing_buffers_are_legitimate():
+  """Issue 43: buffers [6, 2] (T_1 < T_0). M_1 holds >= 2 tokens after one
+  batch of 6 from M_0, so it asks once per round and hands up all 7; the
+  target emits 8 per round: 16 tokens in 2 rounds (docs/hierarchy.md). When
+  M_1 rejects (M_0 wrong at fed position 5) it asks again: 3 calls."""
+  from specdec_jax import hierarchy_spec  # pylint: disable=g-import-not-at-top
+  assert hierarchy_spec.HierarchySpec(("exit:1", "exit:2"),
+                                      [6, 2]).buffers == (6, 2)
+  ref = generate_hierarchy([(plus_one(), {}), (plus_one(), {})], [6],
+                           [[2, 3]], max_new_tokens=16, eos_id=None)
+  out = generate_hierarchy([(plus_one(), {})] * 3, [6, 2], [[2, 3]],
+                           max_new_tokens=16, eos_id=None)
+  assert out.sequences() == ref.sequences()
+  assert out.calls.tolist() == [[12, 2, 2]]
+  assert out.level_drafted.tolist() == [[0, 12, 14]]
+  bad = generate_hierarchy([(plus_one_except([5]), {}), (plus_one(), {}),
+                            (plus_one(), {})], [6, 2], [[2, 3]],
+                           max_new_tokens=16, eos_id=None)
+  assert bad.sequences() == ref.sequences()
+  assert bad.calls.tolist() == [[18, 3, 3]]
+
+
 @pytest.mark.parametrize("family", ["gemma", "t5"])
 def test_greedy_hierarchy_is_greedy_target_only(family):
   d, v, qp, pp = tiny_pair(family)

@@ -53,6 +53,9 @@ def test_malformed_topologies(parents, match):
     (lambda: Topology.from_widths([[2], [1, -1]]), "child counts must be "
      r"integers >= 0, got -1 at depth 1: \[1, -1\]"),
     (lambda: Topology.from_widths([[1.5]]), "got 1.5 at depth 0"),
+    (lambda: Topology.from_widths([2, 1]), "widths must be a list of levels, "
+     "each a list of child counts \\(e.g. \\[\\[3\\], \\[2, 1, 0\\]\\]\\), got 2 "
+     "at depth 0"),
     (lambda: Topology.kary(2.0, 2), "k-ary trees need k >= 1"),
     # Size limits, counted before anything is built (no 66 GiB mask).
     (lambda: Topology.kary(64, 3), r"Topology.kary\(64, 3\) has 266,304 "

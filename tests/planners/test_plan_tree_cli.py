@@ -78,3 +78,13 @@ def test_huge_gin_trees_are_refused_before_building():
   with pytest.raises(ValueError, match="Topology.kary\\(2, 30\\) has "
                      "2,147,483,646 nodes, more than the limit of 4,096"):
     main.tree_spec(kary=(2, 30))
+
+
+def test_stage_bar_names_each_stage_on_stderr(capsys):
+  """Issue 43: the planners show their progress (stage by stage)."""
+  from specdec_jax import plan_tree_run  # pylint: disable=g-import-not-at-top
+  bar = plan_tree_run.StageBar("plan-tree", ["calibrating", "planning"])
+  bar.next()
+  bar.next()
+  err = capsys.readouterr().err
+  assert "plan-tree" in err and "2/2" in err and "planning" in err

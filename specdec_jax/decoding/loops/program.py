@@ -31,6 +31,8 @@ from typing import Any, Callable, Hashable
 import jax
 from jax import lax
 
+from specdec_jax.decoding.loops import exported
+
 
 @dataclasses.dataclass(frozen=True)
 class LoopProgram:
@@ -76,6 +78,7 @@ def clear_compiled() -> None:
   later calls compile again (or read JAX's persistent cache when enabled).
   """
   _COMPILED.clear()
+  exported.clear()
   jax.clear_caches()
 
 
@@ -88,6 +91,9 @@ def compile_count(key: Hashable) -> int:
 def run_program(program: LoopProgram, args, mesh=None):
   """Runs ``program`` on ``args`` (on ``mesh`` when given)."""
   if mesh is None:
+    out = exported.run(program, args)  # the program store, when enabled
+    if out is not None:
+      return out
     if (program.key, None) not in _COMPILED:
       _COMPILED[program.key, None] = jax.jit(program.__call__)
     return _COMPILED[program.key, None](args)

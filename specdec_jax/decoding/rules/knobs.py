@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Hashable, Mapping
 
-import jax.numpy as jnp
+import jax
 import numpy as np
 
 # Knobs that are integers; every other knob is float32.
@@ -83,12 +83,12 @@ def per_row(knobs: Mapping[str, Any], batch: int,
   """
   out = {}
   for name, x in knobs.items():
-    dtype = jnp.int32 if name in INT_KNOBS else jnp.float32
+    dtype = np.int32 if name in INT_KNOBS else np.float32
     arr = np.asarray(x)
-    if arr.ndim == 0:
-      out[name] = jnp.broadcast_to(jnp.asarray(arr, dtype), (batch,))
+    if arr.ndim == 0:  # device_put: no program compiled per shape
+      out[name] = jax.device_put(np.full((batch,), arr, dtype))
     elif arr.shape == (batch,):
-      out[name] = jnp.asarray(arr, dtype)
+      out[name] = jax.device_put(arr.astype(dtype))
     else:
       raise ValueError(f"{what} knob '{name}' has shape {arr.shape}; use a "
                        f"scalar or one value per row, shape ({batch},)")

@@ -19,6 +19,7 @@ from typing import Protocol
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 from jax import lax
 
@@ -140,8 +141,8 @@ class Greedy:
 
 
 def _check_temperature(t) -> None:
-  t = jnp.asarray(t)
-  if not bool(jnp.all(jnp.isfinite(t))) or bool(jnp.any(t < 0)):
+  t = np.asarray(t, np.float32)  # on the host: no device program compiled
+  if not bool(np.all(np.isfinite(t))) or bool(np.any(t < 0)):
     raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), "
                      f"got {t.tolist()}")
 

@@ -117,6 +117,10 @@ class Topology:
     """
     parents, level = [], [-1]
     for d, counts in enumerate(widths):
+      if isinstance(counts, (str, bytes)) or not hasattr(counts, "__len__"):
+        raise ValueError(f"widths must be a list of levels, each a list of "
+                         f"child counts (e.g. [[3], [2, 1, 0]]), got "
+                         f"{counts!r} at depth {d}")
       if len(counts) != len(level):
         raise ValueError(f"level has {len(level)} nodes but {len(counts)} "
                          f"child counts were given: {list(counts)}")
