@@ -4,8 +4,8 @@
     cfg = models.get_config('t5_1_1_large')      # or, with config_flags:
     --model_config=configs/models.py:gemma2_27b
 
-Every field of the architecture dataclass (T5Config / GemmaConfig) plus the
-family; ``build(cfg)`` returns the model object.
+Every field of the architecture dataclass (a family's config class,
+``specdec_jax/models/families.py``) plus the family; ``build(cfg)`` returns the model object.
 """
 
 import dataclasses
@@ -23,7 +23,7 @@ def get_config(preset: str = "t5_1_1_small") -> ml_collections.ConfigDict:
   arch = models.PRESETS[preset]
   cfg = ml_collections.ConfigDict()
   cfg.preset = preset
-  cfg.family = "t5" if isinstance(arch, models.T5Config) else "gemma"
+  cfg.family = models.families.of_config(arch).name
   # Per-field comments live on the dataclasses (models/t5.py, gemma.py).
   cfg.arch = ml_collections.ConfigDict(
       {k: list(v) if isinstance(v, tuple) else v
@@ -36,5 +36,5 @@ def build(cfg: ml_collections.ConfigDict):
   arch = dict(cfg.arch)
   if "attention_types" in arch:
     arch["attention_types"] = tuple(arch["attention_types"])
-  klass = models.T5Config if cfg.family == "t5" else models.GemmaConfig
+  klass = models.families.get(cfg.family).config_cls
   return models.model_from_config(klass(**arch))

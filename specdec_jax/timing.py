@@ -42,6 +42,19 @@ def _check_int(name: str, value, low: int) -> int:
   return int(value)
 
 
+def _block_layout(width: int, depths, mask):
+  """(tree?, depths [W], mask [W, W]) of :func:`step_timer`'s block."""
+  tree = depths is not None or mask is not None
+  depths = np.arange(width) if depths is None else np.asarray(depths)
+  mask = (np.tril(np.ones((width, width), bool)) if mask is None
+          else np.asarray(mask, bool))
+  if depths.shape != (width,) or mask.shape != (width, width):
+    raise ValueError(f"depths must be [{width}] and mask [{width}, {width}]"
+                     f" for width {width}, got {depths.shape} and "
+                     f"{mask.shape}")
+  return tree, depths, mask
+
+
 def step_timer(model, params, batch: int = 1, width: int = 1, *,
                depths: Sequence[int] | None = None, mask=None,
                context: int = 32, encoder_len: int = 16, sampling=None,
@@ -71,14 +84,7 @@ def step_timer(model, params, batch: int = 1, width: int = 1, *,
   width = _check_int("width", width, 1)
   context = _check_int("context", context, 1)
   min_iters = _check_int("min_iters", min_iters, 1)
-  tree = depths is not None or mask is not None
-  depths = np.arange(width) if depths is None else np.asarray(depths)
-  mask = (np.tril(np.ones((width, width), bool)) if mask is None
-          else np.asarray(mask, bool))
-  if depths.shape != (width,) or mask.shape != (width, width):
-    raise ValueError(f"depths must be [{width}] and mask [{width}, {width}]"
-                     f" for width {width}, got {depths.shape} and "
-                     f"{mask.shape}")
+  tree, depths, mask = _block_layout(width, depths, mask)
   if sampling is not None:
     from specdec_jax.decoding.rules import sampling as sampling_lib  # pylint: disable=g-import-not-at-top
     strategy = sampling_lib.canonical(sampling)

@@ -1,4 +1,7 @@
-"""SentencePiece tokenizers with the T5 and Gemma special-id layouts.
+"""SentencePiece tokenizers with the special-id layouts of the families.
+
+The layouts are columns of ``models/families.py`` (``special_ids``,
+``extra_ids``, ``add_bos``, ``special_pieces``):
 
     T5:    pad 0, eos 1, unk 2, no bos; ``extra_ids`` sentinels appended at
            the top of the vocabulary (<extra_id_0> = vocab_size - 1), so the
@@ -18,10 +21,15 @@ from typing import Iterable, Sequence
 
 import sentencepiece as spm
 
-LAYOUTS = {
-    "t5": dict(pad_id=0, eos_id=1, unk_id=2, bos_id=-1),
-    "gemma": dict(pad_id=0, eos_id=1, bos_id=2, unk_id=3),
-}
+from specdec_jax.models import families
+
+LAYOUTS = {f.name: dict(f.special_ids) for f in families.FAMILIES}
+
+
+def _check_family(family: str) -> None:
+  if family not in LAYOUTS:
+    raise ValueError(f"family must be "
+                     f"{' or '.join(map(repr, LAYOUTS))}, got {family!r}")
 
 
 class Tokenizer:
@@ -31,15 +39,15 @@ class Tokenizer:
     model: path to a ``.model`` file or its serialized bytes, or a GGUF
       file (path or bytes; its SentencePiece vocabulary is rebuilt from
       ``tokenizer.ggml.*``, see ``checkpoints/gguf.py``).
-    family: 't5' or 'gemma' (which special ids to expect).
+    family: a family of models/families.py ('t5', 'gemma'): which special
+      ids to expect.
     extra_ids: T5 sentinel ids appended after the pieces (100 for the
       public T5 vocabulary; 0 for Gemma).
   """
 
   def __init__(self, model: str | bytes, family: str = "t5",
                extra_ids: int | None = None):
-    if family not in LAYOUTS:
-      raise ValueError(f"family must be 't5' or 'gemma', got {family!r}")
+    _check_family(family)
     if isinstance(model, (str, os.PathLike)):
       if not os.path.isfile(model):
         raise ValueError(f"SentencePiece model {model!r} does not exist")
@@ -57,8 +65,8 @@ class Tokenizer:
     except Exception as e:  # sentencepiece raises RuntimeError / OSError
       raise ValueError(f"not a valid SentencePiece model: {e}") from None
     self.family = family
-    self.extra_ids = (100 if family == "t5" else 0) if extra_ids is None \
-        else extra_ids
+    self.extra_ids = (families.get(family).extra_ids if extra_ids is None
+                      else extra_ids)
     want = LAYOUTS[family]
     got = dict(pad_id=self._sp.pad_id(), eos_id=self._sp.eos_id(),
                unk_id=self._sp.unk_id(), bos_id=self._sp.bos_id())
@@ -109,7 +117,7 @@ class Tokenizer:
     """Text -> ids. ``add_bos`` defaults to True for Gemma, False for T5."""
     ids = list(self._sp.EncodeAsIds(text))
     if add_bos is None:
-      add_bos = self.family == "gemma"
+      add_bos = families.get(self.family).add_bos
     if add_bos:
       if self.bos_id is None:
         raise ValueError("this tokenizer has no BOS id")
@@ -160,6 +168,13 @@ def _gguf_proto(model: str | bytes) -> bytes:
     return gguf.tokenizer_proto(gguf.open_gguf(f.name))
 
 
+def from_gguf(path: str) -> Tokenizer:
+  """The tokenizer stored in a GGUF file (``checkpoints/gguf.py``), with
+  the layout of the family that reads GGUF (``models/families.py``)."""
+  family = next(f.name for f in families.FAMILIES if "gguf" in f.converters)
+  return Tokenizer(str(path), family)
+
+
 def check_same_vocabulary(drafter: Tokenizer, verifier: Tokenizer) -> None:
   """Raises ValueError unless both tokenizers map text to the same ids."""
   if drafter.fingerprint != verifier.fingerprint:
@@ -185,7 +200,7 @@ def train(texts: Iterable[str], vocab_size: int, family: str = "t5",
   Args:
     texts: training sentences.
     vocab_size: number of pieces (specials included, extra ids excluded).
-    family: 't5' or 'gemma'.
+    family: a family of models/families.py ('t5', 'gemma').
     path: optional path to write the ``.model`` file to.
     model_type: 'unigram' or 'bpe'.
     extra_ids: T5 sentinels (default 100 for t5, 0 for gemma).
@@ -194,15 +209,10 @@ def train(texts: Iterable[str], vocab_size: int, family: str = "t5",
   Returns:
     The Tokenizer.
   """
-  if family not in LAYOUTS:
-    raise ValueError(f"family must be 't5' or 'gemma', got {family!r}")
+  _check_family(family)
   buf = io.BytesIO()
   kw = dict(LAYOUTS[family])
-  if family == "gemma":
-    kw.update(pad_piece="<pad>", eos_piece="<eos>", bos_piece="<bos>",
-              unk_piece="<unk>")
-  else:
-    kw.update(pad_piece="<pad>", eos_piece="</s>", unk_piece="<unk>")
+  kw.update(families.get(family).special_pieces)
   spm.SentencePieceTrainer.train(
       sentence_iterator=iter(texts), model_writer=buf, vocab_size=vocab_size,
       model_type=model_type, character_coverage=1.0,

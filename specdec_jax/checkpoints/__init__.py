@@ -17,7 +17,8 @@ from specdec_jax.checkpoints.loader import (FORMATS, Leaf, detect_format, load,
                                             restore, save)
 from specdec_jax.checkpoints.checksums import ChecksumError
 from specdec_jax.checkpoints.t5x import (detect_t5x_format, load_t5x,
-                                         load_t5x_tree, save_t5x)
+                                         load_t5x_tree)
+from specdec_jax.checkpoints.t5x_write import save_t5x
 from specdec_jax.checkpoints.verify import VerifyReport, verify
 
 __all__ = [

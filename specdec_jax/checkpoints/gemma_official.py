@@ -208,7 +208,7 @@ def item_manifest(item: str) -> checksums.Manifest | None:
   return checksums.find(item, *extra)
 
 
-def _item_dir(path: str) -> str:
+def item_dir(path: str) -> str:
   p = epath.Path(path)
   if not p.exists():
     raise ValueError(f"checkpoint path {str(path)!r} does not exist")
@@ -302,7 +302,7 @@ def load_gemma(path: str, model, dtype="bfloat16",
     raise ValueError(f"official Gemma checkpoints hold Gemma models, got "
                      f"{type(model).__name__}")
   cfg = model.config
-  item = _item_dir(path)
+  item = item_dir(path)
   manifest = item_manifest(item) if verify_checksums else None
   reader = leaf_lib.OrbaxReader(item, manifest)
   official = _Official(reader, *_layout(reader.tree, str(path)))

@@ -18,7 +18,7 @@ layers, ...): the 5 local : 1 global pattern, the local RoPE base (10k) and
 the 27B's query scaling.
 
     model, params = checkpoints.load("gemma-3-270m-q4_k_m.gguf")
-    tok = gguf.tokenizer_from_gguf("gemma-3-270m-q4_k_m.gguf")
+    tok = tokenizer.from_gguf("gemma-3-270m-q4_k_m.gguf")
     python -m specdec_jax.checkpoints.gguf tokenizer MODEL.gguf OUT.model
 """
 
@@ -32,8 +32,7 @@ import sys
 import numpy as np
 
 from specdec_jax import models
-from specdec_jax import tokenizer as tokenizer_lib
-from specdec_jax.checkpoints import hf_convert
+from specdec_jax.checkpoints import hf_gemma
 from specdec_jax.checkpoints import leaves as leaves_lib
 from specdec_jax.models.gemma import GemmaConfig, GemmaModel
 
@@ -266,7 +265,7 @@ def load_gguf(path: str, model=None, *, dtype="bfloat16",
     model = GemmaModel(cfg)
   view = _HFView(reader, cfg.vocab_size)
   expected = models.flatten_params(model.param_shapes())
-  rules = hf_convert.gemma_rules_from_hf(cfg)
+  rules = hf_gemma.gemma_rules_from_hf(cfg)
   used = {n for _, names, _ in rules for n in names}
   extra = [view.tensors[n].name for n in view.tensors if n not in used]
   if extra:
@@ -331,17 +330,13 @@ def tokenizer_proto(reader) -> bytes:
   return proto.SerializeToString()
 
 
-def tokenizer_from_gguf(path: str) -> tokenizer_lib.Tokenizer:
-  """The Gemma tokenizer stored in a GGUF file."""
-  return tokenizer_lib.Tokenizer(str(path), "gemma")
-
-
 def main(argv) -> int:
   """``python -m specdec_jax.checkpoints.gguf tokenizer IN.gguf OUT.model``."""
   if len(argv) != 4 or argv[1] != "tokenizer":
     print(f"usage: {argv[0]} tokenizer MODEL.gguf OUT.model", file=sys.stderr)
     return 2
-  tokenizer_from_gguf(argv[2]).save(argv[3])
+  with open(argv[3], "wb") as f:  # what tokenizer.from_gguf(IN).save writes
+    f.write(tokenizer_proto(open_gguf(argv[2])))
   print(f"wrote {argv[3]}")
   return 0
 

@@ -7,10 +7,13 @@ A checkpoint directory holds ``config.json`` and either ``model.safetensors``
 or ``model-0000i-of-0000n.safetensors`` shards listed in
 ``model.safetensors.index.json`` (``{"weight_map": {tensor: file}}``); what
 ``save_pretrained`` writes and ``AutoModelFor*.from_pretrained`` reads.
-Supported: T5 v1.1 / mT5 (``T5ForConditionalGeneration``, untied head) and
-Gemma 1 / Gemma 2 (``Gemma[2]ForCausalLM``). Names and layouts are
-``hf_convert``'s rules (one per tensor); tensors are read lazily, one leaf at
-a time (see ``leaf_lib.restore``).
+Supported: the families of ``models/families.py`` with an HF converter
+(``converters['hf']``, e.g. T5 v1.1 / mT5 ``T5ForConditionalGeneration``
+with an untied head in ``hf_t5.py``; Gemma 1 / 2 / 3 ``Gemma*ForCausalLM`` in
+``hf_gemma.py``), chosen by config.json's ``model_type`` (the table's
+``hf_model_types``). Names and layouts are the converter's rules (one per
+tensor); tensors are read lazily, one leaf at a time (see
+``leaf_lib.restore``).
 
 transformers 5 ties T5's ``lm_head`` to the embedding at construction unless
 the checkpoint holds both tensors and they differ, so the export always writes
@@ -30,18 +33,14 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from specdec_jax import models
-from specdec_jax.checkpoints import checksums, hf_convert
+from specdec_jax.checkpoints import checksums
 from specdec_jax.checkpoints import leaves as leaf_lib
-from specdec_jax.models import GemmaModel, T5Model
+from specdec_jax.models import families
 
 CONFIG = "config.json"
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 _SHARD = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
-_T5_TYPES = ("t5", "mt5")
-_GEMMA_TYPES = ("gemma", "gemma2", "gemma3_text")
-_GEMMA_ARCH = {"gemma": "GemmaForCausalLM", "gemma2": "Gemma2ForCausalLM",
-               "gemma3_text": "Gemma3ForCausalLM"}
 _DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16",
            "BF16": "bfloat16", "F8_E4M3": "float8_e4m3fn",
            "F8_E5M2": "float8_e5m2", "I64": "int64", "I32": "int32",
@@ -115,7 +114,7 @@ class SafetensorsFiles(Mapping):
                        source=f"tensor '{name}' in {self.file(name)!r}")
 
 
-def _files(path: str) -> list[str]:
+def weight_files(path: str) -> list[str]:
   """The safetensors files of an HF checkpoint directory."""
   index = os.path.join(path, INDEX)
   if os.path.isfile(index):
@@ -163,19 +162,18 @@ def read_config(path: str) -> dict:
 def model_from_hf_config(config: Mapping, path: str = "config"):
   """(model, rules from HF, tied aliases) for an HF config dict."""
   model_type = config.get("model_type")
+  fam = families.of_hf_type(model_type)
+  if fam is None:
+    supported = [t for f in families.FAMILIES
+                 for t in f.hf_model_types + f.hf_later_types]
+    raise ValueError(f"{path}: unsupported HF model_type {model_type!r}; "
+                     f"supported: {', '.join(supported)}")
+  conv = fam.converter("hf")
   try:
-    if model_type in _T5_TYPES:
-      cfg = hf_convert.t5_config_from_hf(config)
-      return (T5Model(cfg), hf_convert.t5_rules_from_hf(cfg),
-              hf_convert.T5_HF_TIED)
-    if model_type in _GEMMA_TYPES:
-      cfg = hf_convert.gemma_config_from_hf(config)
-      return (GemmaModel(cfg), hf_convert.gemma_rules_from_hf(cfg),
-              hf_convert.GEMMA_HF_TIED)
+    cfg = conv.config_from_hf(config)
   except KeyError as e:
     raise ValueError(f"{path}: config.json lacks {e}") from None
-  raise ValueError(f"{path}: unsupported HF model_type {model_type!r}; "
-                   f"supported: {', '.join(_T5_TYPES + _GEMMA_TYPES)}")
+  return fam.model_cls(cfg), conv.rules_from_hf(cfg), conv.TIED
 
 
 def load_hf(path: str, dtype="bfloat16", sharding: leaf_lib.ShardingArg = None,
@@ -199,11 +197,8 @@ def load_hf(path: str, dtype="bfloat16", sharding: leaf_lib.ShardingArg = None,
   path = str(path)
   model, rules, tied = model_from_hf_config(read_config(path), path)
   manifest = checksums.find(path) if verify_checksums else None
-  files = SafetensorsFiles(_files(path), manifest)
-  if isinstance(model, T5Model) and "lm_head.weight" not in files:
-    raise ValueError(f"{path!r} has no 'lm_head.weight': T5 with the output "
-                     f"projection tied to the embedding (the original T5, not "
-                     f"v1.1) is not supported")
+  files = SafetensorsFiles(weight_files(path), manifest)
+  families.of_model(model).converter("hf").check_files(files, path)
   used = set(tied)
   for dest, names, _ in rules:
     for name in names:
@@ -227,7 +222,7 @@ def load_hf(path: str, dtype="bfloat16", sharding: leaf_lib.ShardingArg = None,
 
 def _rule_leaf(files: SafetensorsFiles, dest: str, names: tuple[str, ...], fn,
                shape: tuple[int, ...]) -> leaf_lib.Leaf:
-  """A leaf converted by one ``hf_convert`` rule from its HF tensors."""
+  """A leaf converted by one HF converter rule from its HF tensors."""
   shapes = ", ".join(f"'{n}' {files.shape(n)}" for n in names)
   return leaf_lib.Leaf(
       path=dest, shape=shape, dtype=files.dtype(names[0]),
@@ -237,19 +232,7 @@ def _rule_leaf(files: SafetensorsFiles, dest: str, names: tuple[str, ...], fn,
 
 def hf_config(model) -> dict:
   """The config.json dict of ``model`` for transformers."""
-  cfg = model.config
-  if isinstance(model, T5Model):
-    return {"architectures": ["T5ForConditionalGeneration"], "model_type": "t5",
-            "is_encoder_decoder": True, **hf_convert.t5_config_to_hf(cfg)}
-  if isinstance(model, GemmaModel):
-    model_type, kw = hf_convert.gemma_config_to_hf(cfg)
-    scalar = kw.get("query_pre_attn_scalar")
-    if scalar is not None and float(scalar).is_integer():
-      kw["query_pre_attn_scalar"] = int(scalar)  # transformers wants an int
-    return {"architectures": [_GEMMA_ARCH[model_type]],
-            "model_type": model_type, "tie_word_embeddings": True, **kw}
-  raise ValueError(f"expected a T5Model or GemmaModel, got "
-                   f"{type(model).__name__}")
+  return families.of_model(model).converter("hf").hf_config(model.config)
 
 
 def _remove_old_weights(path: str) -> None:
@@ -283,9 +266,7 @@ def save_hf(path: str, model, params, max_shard_bytes: int | None = None
   dtypes = {np.dtype(jnp.dtype(getattr(x, "dtype", np.float32))).name
             for x in flat.values()}
   config["dtype"] = "bfloat16" if dtypes == {"bfloat16"} else "float32"
-  rules = (hf_convert.t5_rules_to_hf(model.config)
-           if isinstance(model, T5Model)
-           else hf_convert.gemma_rules_to_hf(model.config))
+  rules = families.of_model(model).converter("hf").rules_to_hf(model.config)
   os.makedirs(path, exist_ok=True)
   _remove_old_weights(path)
   checksums.remove(path)

@@ -24,7 +24,7 @@ import tqdm
 
 from specdec_jax import models
 from specdec_jax.checkpoints import checksums
-from specdec_jax.models import GemmaModel, T5Model
+from specdec_jax.models import families
 
 ShardingFn = Callable[[str, tuple[int, ...]], jax.sharding.Sharding]
 # None (default device), one Sharding for every leaf, or fn(path, shape).
@@ -360,13 +360,15 @@ def orbax_leaves(tree: Mapping, prefix: tuple[str, ...] = ()):
 
 def resolve_model(model):
   """None, a preset name or a model object -> model object or None."""
-  if model is None or isinstance(model, (T5Model, GemmaModel)):
+  classes = families.model_classes()
+  if model is None or isinstance(model, classes):
     return model
   if isinstance(model, str):
     return models.get_model(model)
   raise ValueError(f"model must be a preset name (one of "
-                   f"{', '.join(sorted(models.PRESETS))}) or a T5Model / "
-                   f"GemmaModel, got {type(model).__name__}")
+                   f"{', '.join(sorted(models.PRESETS))}) or a "
+                   f"{' / '.join(c.__name__ for c in classes)}, got "
+                   f"{type(model).__name__}")
 
 
 __all__ = ["Index", "Leaf", "MAX_ABS", "check_values", "OrbaxReader", "PROGRESS_BYTES", "ShardingArg",

@@ -46,12 +46,12 @@ from etils import epath
 
 from specdec_jax import models
 from specdec_jax.checkpoints import (checksums, gemma_official, gguf, hf,
-                                     native, t5x)
+                                     native, t5x, t5x_write)
 from specdec_jax.checkpoints.leaves import (  # re-exported
     Index, Leaf, OrbaxReader, PROGRESS_BYTES, ShardingArg, ShardingFn,
     leaf_sharding, orbax_leaves, read_leaf, resolve_model, restore,
     target_dtype)
-from specdec_jax.models import T5Model
+from specdec_jax.models import families
 
 FORMATS = ("native", "hf", "t5x", "t5x_orbax", "gemma")
 
@@ -215,11 +215,14 @@ def save(path: str, model, params,
   elif format == "hf":
     hf.save_hf(path, model, params, **options)
   elif format in ("t5x", "t5x_orbax"):
-    if not isinstance(model, T5Model):
-      raise ValueError(f"T5X checkpoints hold T5 models, got "
-                       f"{type(model).__name__}; use format='gemma' or 'hf'")
+    if format not in families.of_model(model).converters:
+      holders = [f.name.upper() for f in families.FAMILIES
+                 if format in f.converters]
+      raise ValueError(f"T5X checkpoints hold {' / '.join(holders)} models, "
+                       f"got {type(model).__name__}; use format='gemma' or "
+                       f"'hf'")
     model.check_params(params)
-    t5x.save_t5x(path, params, layout="legacy" if format == "t5x" else "orbax",
+    t5x_write.save_t5x(path, params, layout="legacy" if format == "t5x" else "orbax",
                  **options)
   elif format == "gemma":
     gemma_official.save_gemma(path, model, params, **options)

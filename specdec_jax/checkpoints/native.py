@@ -22,8 +22,8 @@ import numpy as np
 from safetensors.numpy import load_file, save_file
 
 from specdec_jax.checkpoints import checksums
-from specdec_jax.models import (GemmaConfig, T5Config, flatten_params,
-                                model_from_config, unflatten_params)
+from specdec_jax.models import (families, flatten_params, model_from_config,
+                                unflatten_params)
 
 CONFIG = "config.json"
 PARAMS = "params.safetensors"
@@ -31,12 +31,11 @@ PARAMS = "params.safetensors"
 
 def config_to_dict(config) -> dict[str, Any]:
   """A model config -> {"family": ..., "config": {...}} (JSON-able)."""
-  if isinstance(config, T5Config):
-    family = "t5"
-  elif isinstance(config, GemmaConfig):
-    family = "gemma"
-  else:
+  fam = next((f for f in families.FAMILIES
+              if isinstance(config, f.config_cls)), None)
+  if fam is None:
     raise ValueError(f"unsupported config type {type(config).__name__}")
+  family = fam.name
   fields = dataclasses.asdict(config)
   return {"family": family, "config": {
       k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()}}
@@ -45,10 +44,10 @@ def config_to_dict(config) -> dict[str, Any]:
 def config_from_dict(d: dict[str, Any]):
   """Inverse of :func:`config_to_dict`."""
   family = d.get("family")
-  cls = {"t5": T5Config, "gemma": GemmaConfig}.get(family)
-  if cls is None:
+  if family not in families.BY_NAME:
     raise ValueError(f"config.json names unknown model family {family!r}; "
-                     f"expected 't5' or 'gemma'")
+                     f"expected {' or '.join(map(repr, families.names()))}")
+  cls = families.get(family).config_cls
   known = {f.name for f in dataclasses.fields(cls)}
   cfg = dict(d.get("config", {}))
   unknown = sorted(set(cfg) - known)

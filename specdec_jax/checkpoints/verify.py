@@ -136,7 +136,7 @@ def _stored_tensors(path: str, fmt: str, subtree: str
   from specdec_jax.checkpoints import t5x
   if fmt in ("native", "hf"):
     files = (hf.SafetensorsFiles([os.path.join(path, native.PARAMS)])
-             if fmt == "native" else hf.SafetensorsFiles(hf._files(path)))  # pylint: disable=protected-access
+             if fmt == "native" else hf.SafetensorsFiles(hf.weight_files(path)))
     man = checksums.find(path)
     return man, ((n, lambda n=n: files[n]) for n in files.names())
   if fmt in ("t5x", "t5x_orbax"):
@@ -148,7 +148,7 @@ def _stored_tensors(path: str, fmt: str, subtree: str
                   lambda leaf=leaf: loader.read_leaf(leaf, None, path))
                  for leaf in leaves)
   if fmt == "gemma":
-    item = gemma_official._item_dir(path)  # pylint: disable=protected-access
+    item = gemma_official.item_dir(path)
     man = gemma_official.item_manifest(item)
     reader = loader.OrbaxReader(item)
     return man, (("/".join(keys), lambda keys=keys: reader.read(keys))

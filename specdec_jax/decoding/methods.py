@@ -28,7 +28,6 @@ from typing import Any, Protocol
 import jax
 
 from specdec_jax.decoding.loops import sequential, speculative
-from specdec_jax.decoding.loops import tree as tree_loop
 from specdec_jax.decoding.loops.drafting import FallbackStop
 from specdec_jax.decoding.loops.program import LoopProgram
 from specdec_jax.decoding.loops.state import LoopConfig
@@ -91,14 +90,13 @@ class Speculative:
   def validate(self) -> None:
     self.target.validate()
 
+  def rule(self) -> TargetRule:
+    """The static rule the chain, tree and stack loops verify with."""
+    return TargetRule(split(self.target)[0])
+
   def program(self, models, cfg: LoopConfig) -> LoopProgram:
-    rule = TargetRule(split(self.target)[0])
-    if isinstance(cfg, tree_loop.TreeConfig):
-      if tree_loop.runs_as_chain(cfg):  # same tokens, the faster loop
-        return speculative.chain_program(models, tree_loop.as_chain(cfg),
-                                         rule)
-      return tree_loop.tree_program(models, cfg, rule)
-    return speculative.chain_program(models, cfg, rule)
+    """The chain loop (trees and stacks: ``request.build_program``)."""
+    return speculative.chain_program(models, cfg, self.rule())
 
 
 @dataclasses.dataclass(frozen=True)

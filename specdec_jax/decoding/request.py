@@ -12,7 +12,8 @@ Every decode of the engine runs through these, whatever its structure:
       build_program(strategy, ...)    the ONE dispatch on the structure:
         Chain -> method.program(models, cfg)      (loops/speculative.py,
                                                    or a sequential loop)
-        Tree  -> method.program(models, TreeConfig) (loops/tree.py)
+        Tree  -> tree_program(models, TreeConfig, method.rule())
+                 (loops/tree.py; a chain-shaped tree: chain_program)
         Stack -> hierarchy_program(...)           (hierarchy/loop.py)
       check_memory / check_capacity               (budget.py)
       run_program(program, (params, batch))        (loops/program.py)
@@ -34,6 +35,7 @@ from specdec_jax.decoding import inputs as inputs_lib
 from specdec_jax.decoding import methods as methods_lib
 from specdec_jax.decoding.hierarchy.loop import hierarchy_program
 from specdec_jax.decoding.hierarchy.stack import StackShape, check_levels
+from specdec_jax.decoding.loops import speculative
 from specdec_jax.decoding.loops import tree as tree_loop
 from specdec_jax.decoding.loops.program import LoopProgram
 from specdec_jax.decoding.loops.state import Batch, LoopConfig
@@ -132,6 +134,11 @@ def build_program(strategy: Strategy, models: tuple,
     shape, _ = stack_shape(strategy.structure, strategy.method)
     return hierarchy_program(models, cfg, shape,
                              split(strategy.method.target)[0])
+  if isinstance(strategy.structure, Tree):
+    rule = strategy.method.rule()
+    if tree_loop.runs_as_chain(cfg):  # same tokens, the faster loop
+      return speculative.chain_program(models, tree_loop.as_chain(cfg), rule)
+    return tree_loop.tree_program(models, cfg, rule)
   return strategy.method.program(models, cfg)
 
 

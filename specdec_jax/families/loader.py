@@ -47,6 +47,7 @@ from typing import Sequence
 from specdec_jax import tokenizer as tokenizer_lib
 from specdec_jax.checkpoints import native
 from specdec_jax.families import corpus as corpus_lib
+from specdec_jax.models import families as model_families
 from specdec_jax.models import model_from_config
 
 PAIRS = ("t5_codegen", "gemma_completion")
@@ -127,11 +128,12 @@ def encode_inputs(tok: tokenizer_lib.Tokenizer, spec: TaskSpec,
                   text: str) -> list[int]:
   """Model input ids of one example's ``inputs`` text.
 
-  T5: the source ids + EOS, cut to ``max_input_tokens`` (EOS kept). Gemma:
-  BOS + prompt ids, keeping BOS and the last ``max_input_tokens - 1`` ids.
+  Encoder-decoder families (T5; ``models/families.py``): the source ids +
+  EOS, cut to ``max_input_tokens`` (EOS kept). Decoder-only (Gemma): BOS +
+  prompt ids, keeping BOS and the last ``max_input_tokens - 1`` ids.
   """
   ids = tok.encode(text, add_bos=False)
-  if spec.family == "t5":
+  if model_families.get(spec.family).encoder_decoder:
     return ids[:spec.max_input_tokens - 1] + [tok.eos_id]
   return [tok.bos_id] + ids[-(spec.max_input_tokens - 1):]
 

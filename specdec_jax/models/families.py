@@ -14,6 +14,7 @@ row here.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from typing import Mapping
 
 from specdec_jax.models.gemma import GEMMA_PRESETS, GemmaConfig, GemmaModel
@@ -38,7 +39,12 @@ class Family:
       (T5 v1.1 pre-trained on 512-token inputs; Gemma 8192-token context).
     converters: checkpoint format -> module (dotted path) that converts
       that format to this family's parameters (imported when used, so
-      models never import checkpoints).
+      models never import checkpoints); the formats of
+      ``checkpoints.loader.FORMATS`` (and 'gguf') a family can load / save.
+    special_pieces: the tokenizer's special pieces when one is trained
+      (``tokenizer.train``).
+    hf_later_types: further HF ``model_type`` values the same classes read
+      (later versions of the family: Gemma 3's 'gemma3_text').
   """
 
   name: str
@@ -52,20 +58,35 @@ class Family:
   add_bos: bool
   max_input_tokens: int
   converters: Mapping[str, str]
+  special_pieces: Mapping[str, str]
+  hf_later_types: tuple[str, ...] = ()
+
+  def converter(self, fmt: str):
+    """The module converting checkpoint format ``fmt`` (e.g. 'hf')."""
+    if fmt not in self.converters:
+      raise ValueError(f"{self.name} models have no {fmt!r} checkpoint "
+                       f"converter; formats: {', '.join(self.converters)}")
+    return importlib.import_module(self.converters[fmt])
 
 
 FAMILIES: tuple[Family, ...] = (
     Family("t5", T5Config, T5Model, T5_PRESETS, True, ("t5", "mt5"),
            dict(pad_id=0, eos_id=1, unk_id=2, bos_id=-1), 100, False, 512,
-           {"hf": "specdec_jax.checkpoints.hf_convert",
+           {"hf": "specdec_jax.checkpoints.hf_t5",
             "t5x": "specdec_jax.checkpoints.t5x",
-            "native": "specdec_jax.checkpoints.native"}),
+            "t5x_orbax": "specdec_jax.checkpoints.t5x",
+            "native": "specdec_jax.checkpoints.native"},
+           dict(pad_piece="<pad>", eos_piece="</s>", unk_piece="<unk>")),
     Family("gemma", GemmaConfig, GemmaModel, GEMMA_PRESETS, False,
            ("gemma", "gemma2"), dict(pad_id=0, eos_id=1, bos_id=2, unk_id=3),
            0, True, 8192,
-           {"hf": "specdec_jax.checkpoints.hf_convert",
+           {"hf": "specdec_jax.checkpoints.hf_gemma",
             "gemma": "specdec_jax.checkpoints.gemma_official",
-            "native": "specdec_jax.checkpoints.native"}),
+            "gguf": "specdec_jax.checkpoints.gguf",
+            "native": "specdec_jax.checkpoints.native"},
+           dict(pad_piece="<pad>", eos_piece="<eos>", bos_piece="<bos>",
+                unk_piece="<unk>"),
+           hf_later_types=("gemma3_text",)),
 )
 BY_NAME: dict[str, Family] = {f.name: f for f in FAMILIES}
 
@@ -81,6 +102,14 @@ def get(name: str) -> Family:
     raise ValueError(f"unknown model family {name!r}; known: "
                      f"{', '.join(BY_NAME)}")
   return BY_NAME[name]
+
+
+def of_hf_type(model_type: str | None) -> Family | None:
+  """The family reading HF ``config.json`` ``model_type`` (None: none)."""
+  for fam in FAMILIES:
+    if model_type in fam.hf_model_types + fam.hf_later_types:
+      return fam
+  return None
 
 
 def _family_of(obj, attr: str, what: str) -> Family:

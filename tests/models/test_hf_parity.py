@@ -6,7 +6,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from specdec_jax.checkpoints import hf_convert  # noqa: E402
+from specdec_jax.checkpoints import hf_gemma, hf_t5  # noqa: E402
 from specdec_jax.models.gemma import GemmaModel  # noqa: E402
 from specdec_jax.models.t5 import T5Model  # noqa: E402
 
@@ -33,9 +33,9 @@ def _hf_t5(**kw):
 
 def test_t5_logits_match_hf():
   hf = _hf_t5()
-  cfg = hf_convert.t5_config_from_hf(hf.config.to_dict())
+  cfg = hf_t5.t5_config_from_hf(hf.config.to_dict())
   ours = T5Model(cfg)
-  params = hf_convert.t5_params_from_hf(_state_dict(hf), cfg)
+  params = hf_t5.t5_params_from_hf(_state_dict(hf), cfg)
   ours.check_params(params)
   rng = np.random.default_rng(0)
   # Sequences longer than max_distance exercise saturated buckets; row 1 is
@@ -88,9 +88,9 @@ def _hf_gemma(version, **kw):
 def test_gemma_logits_match_hf(version, heads, kv_heads, extra):
   hf = _hf_gemma(version, num_attention_heads=heads,
                  num_key_value_heads=kv_heads, **extra)
-  cfg = hf_convert.gemma_config_from_hf(hf.config.to_dict())
+  cfg = hf_gemma.gemma_config_from_hf(hf.config.to_dict())
   ours = GemmaModel(cfg)
-  params = hf_convert.gemma_params_from_hf(_state_dict(hf), cfg)
+  params = hf_gemma.gemma_params_from_hf(_state_dict(hf), cfg)
   ours.check_params(params)
   tokens = np.random.default_rng(2).integers(0, 80, size=(2, 14))
   with torch.no_grad():
@@ -106,16 +106,16 @@ def test_gemma_logits_match_hf(version, heads, kv_heads, extra):
 
 def test_export_roundtrip_is_identity():
   hf = _hf_gemma(2, num_attention_heads=4, num_key_value_heads=2)
-  cfg = hf_convert.gemma_config_from_hf(hf.config.to_dict())
+  cfg = hf_gemma.gemma_config_from_hf(hf.config.to_dict())
   sd = _state_dict(hf)
-  back = hf_convert.gemma_params_to_hf(
-      hf_convert.gemma_params_from_hf(sd, cfg), cfg)
+  back = hf_gemma.gemma_params_to_hf(
+      hf_gemma.gemma_params_from_hf(sd, cfg), cfg)
   for name, w in sd.items():
     np.testing.assert_array_equal(back[name], w, err_msg=name)
   t5 = _hf_t5()
-  tcfg = hf_convert.t5_config_from_hf(t5.config.to_dict())
+  tcfg = hf_t5.t5_config_from_hf(t5.config.to_dict())
   tsd = _state_dict(t5)
-  tback = hf_convert.t5_params_to_hf(hf_convert.t5_params_from_hf(tsd, tcfg),
+  tback = hf_t5.t5_params_to_hf(hf_t5.t5_params_from_hf(tsd, tcfg),
                                      tcfg)
   for name, w in tsd.items():
     np.testing.assert_array_equal(tback[name], w, err_msg=name)

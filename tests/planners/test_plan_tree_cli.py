@@ -4,7 +4,7 @@ that includes the gin file it wrote."""
 import gin
 import pytest
 
-from specdec_jax import decoding, main
+from specdec_jax import decoding, main, structure_specs
 
 
 @pytest.fixture(autouse=True)
@@ -42,10 +42,10 @@ def test_plan_tree_writes_a_gin_file_that_decode_uses(tmp_path, capsys):
 def test_tree_spec_needs_exactly_one_shape():
   with pytest.raises(ValueError, match="exactly one of parents, paths, "
                      "kary, chain; got none"):
-    main.tree_spec()
+    structure_specs.tree_spec()
   with pytest.raises(ValueError, match="got \\['chain', 'kary'\\]"):
-    main.tree_spec(kary=(2, 2), chain=3)
-  tree = main.tree_spec(paths=[[0], [1], [0, 0]], proposal="top_k")
+    structure_specs.tree_spec(kary=(2, 2), chain=3)
+  tree = structure_specs.tree_spec(paths=[[0], [1], [0, 0]], proposal="top_k")
   assert tree == decoding.Tree(decoding.Topology((-1, -1, 0)), "top_k")
 
 
@@ -77,7 +77,7 @@ def test_huge_gin_trees_are_refused_before_building():
   """Issue 43: tree_spec.kary=(2, 30) was killed by the OOM killer."""
   with pytest.raises(ValueError, match="Topology.kary\\(2, 30\\) has "
                      "2,147,483,646 nodes, more than the limit of 4,096"):
-    main.tree_spec(kary=(2, 30))
+    structure_specs.tree_spec(kary=(2, 30))
 
 
 def test_stage_bar_names_each_stage_on_stderr(capsys):

@@ -9,6 +9,7 @@ import pytest
 
 from specdec_jax import models
 from specdec_jax.checkpoints import t5x as t5x_ckpt
+from specdec_jax.checkpoints import t5x_write
 from specdec_jax.t5x import merge
 
 
@@ -21,9 +22,9 @@ def _params(seed):
 def ckpts(tmp_path_factory):
   root = tmp_path_factory.mktemp("ckpts")
   draft, target = _params(1), _params(2)
-  t5x_ckpt.save_t5x(str(root / "draft" / "checkpoint_100"), draft, step=100)
-  t5x_ckpt.save_t5x(str(root / "draft" / "checkpoint_300"), draft, step=300)
-  t5x_ckpt.save_t5x(str(root / "target" / "checkpoint_200"), target,
+  t5x_write.save_t5x(str(root / "draft" / "checkpoint_100"), draft, step=100)
+  t5x_write.save_t5x(str(root / "draft" / "checkpoint_300"), draft, step=300)
+  t5x_write.save_t5x(str(root / "target" / "checkpoint_200"), target,
                     step=200, layout="orbax")
   return root, draft, target
 

@@ -273,12 +273,12 @@ def _restore_dtype():
                                               ("orbax", True)])
 def test_t5x_restores_a_merged_checkpoint(tmp_path, layout, use_orbax):
   """eval.py's restore path loads merge's output into our Model's state."""
-  from specdec_jax.checkpoints import t5x as t5x_ckpt  # pylint: disable=g-import-not-at-top
+  from specdec_jax.checkpoints import t5x_write  # pylint: disable=g-import-not-at-top
   from specdec_jax.t5x import merge  # pylint: disable=g-import-not-at-top
   drafter, verifier, qp, pp = tiny_pair("t5")
   host = lambda t: jax.tree.map(np.asarray, t)
-  t5x_ckpt.save_t5x(str(tmp_path / "d" / "checkpoint_10"), host(qp))
-  t5x_ckpt.save_t5x(str(tmp_path / "t" / "checkpoint_20"), host(pp))
+  t5x_write.save_t5x(str(tmp_path / "d" / "checkpoint_10"), host(qp))
+  t5x_write.save_t5x(str(tmp_path / "t" / "checkpoint_20"), host(pp))
   path = merge.merge(str(tmp_path / "d"), str(tmp_path / "t"),
                      str(tmp_path / "merged"), step=5, layout=layout)
   vocab = seqio.PassThroughVocabulary(VOCAB, eos_id=1)
@@ -311,13 +311,13 @@ def test_t5x_eval_script_end_to_end(tmp_path):
   import json  # pylint: disable=g-import-not-at-top
   import subprocess  # pylint: disable=g-import-not-at-top
   from specdec_jax import decoding  # pylint: disable=g-import-not-at-top
-  from specdec_jax.checkpoints import t5x as t5x_ckpt  # pylint: disable=g-import-not-at-top
+  from specdec_jax.checkpoints import t5x_write  # pylint: disable=g-import-not-at-top
   from specdec_jax.t5x import merge  # pylint: disable=g-import-not-at-top
   from tests.t5x import tiny_task  # pylint: disable=g-import-not-at-top
   drafter, verifier, qp, pp = tiny_pair("t5")
   host = lambda t: jax.tree.map(np.asarray, t)
-  t5x_ckpt.save_t5x(str(tmp_path / "d" / "checkpoint_1"), host(qp))
-  t5x_ckpt.save_t5x(str(tmp_path / "t" / "checkpoint_1"), host(pp))
+  t5x_write.save_t5x(str(tmp_path / "d" / "checkpoint_1"), host(qp))
+  t5x_write.save_t5x(str(tmp_path / "t" / "checkpoint_1"), host(pp))
   ckpt = merge.merge(str(tmp_path / "d"), str(tmp_path / "t"),
                      str(tmp_path / "merged"), step=3)
   out = tmp_path / "eval"
@@ -378,13 +378,13 @@ def test_t5x_infer_script_float32_parity(tmp_path):
   import json  # pylint: disable=g-import-not-at-top
   import subprocess  # pylint: disable=g-import-not-at-top
   from specdec_jax import decoding  # pylint: disable=g-import-not-at-top
-  from specdec_jax.checkpoints import t5x as t5x_ckpt  # pylint: disable=g-import-not-at-top
+  from specdec_jax.checkpoints import t5x_write  # pylint: disable=g-import-not-at-top
   from specdec_jax.t5x import merge  # pylint: disable=g-import-not-at-top
   from tests.t5x import tiny_task  # pylint: disable=g-import-not-at-top
   drafter, verifier, qp, pp = tiny_pair("t5")
   host = lambda t: jax.tree.map(np.asarray, t)
-  t5x_ckpt.save_t5x(str(tmp_path / "d" / "checkpoint_1"), host(qp))
-  t5x_ckpt.save_t5x(str(tmp_path / "t" / "checkpoint_1"), host(pp))
+  t5x_write.save_t5x(str(tmp_path / "d" / "checkpoint_1"), host(qp))
+  t5x_write.save_t5x(str(tmp_path / "t" / "checkpoint_1"), host(pp))
   ckpt = merge.merge(str(tmp_path / "d"), str(tmp_path / "t"),
                      str(tmp_path / "merged"), step=3)
   out = tmp_path / "infer"

@@ -43,6 +43,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from specdec_jax.decoding.loops import state as state_lib
+from specdec_jax.decoding.loops.output import output
 from specdec_jax.decoding.loops.program import LoopProgram
 from specdec_jax.decoding.hierarchy.stack import (Batchlet, HState, StackShape,
                                                  put, take_rows, window)
@@ -378,7 +379,7 @@ def hierarchy_program(models: tuple, cfg: LoopConfig, stack: StackShape,
     return one_round(Call.of(models, params, batch, cfg, stack, top), s)
 
   def finish(args, s: HState):
-    return state_lib.output(s.stream, s.levels, cfg)
+    return output(s.stream, s.levels, cfg)
 
   return LoopProgram(("hierarchy", models, cfg, stack, top), init, cond,
                      body, finish)

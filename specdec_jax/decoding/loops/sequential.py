@@ -25,8 +25,9 @@ from jax import lax
 
 from specdec_jax.decoding.loops import state as state_lib
 from specdec_jax.decoding.loops.program import LoopProgram
+from specdec_jax.decoding.loops.output import LoopOutput, output
 from specdec_jax.decoding.loops.state import (Batch, Level, LoopConfig,
-                                              LoopOutput, Stream, all_finite)
+                                              Stream, all_finite)
 from specdec_jax.decoding.rules import keys as keys_lib
 from specdec_jax.decoding.rules import sampling
 from specdec_jax.decoding.rules.knobs import Static
@@ -70,7 +71,7 @@ def loop_cond(cfg: LoopConfig):
 
 
 def loop_finish(cfg: LoopConfig):
-  return lambda args, s: state_lib.output(s.stream, s.levels, cfg,
+  return lambda args, s: output(s.stream, s.levels, cfg,
                                           confidence=s.logconf)
 
 

@@ -17,8 +17,9 @@ import jax.numpy as jnp
 from specdec_jax.decoding.loops import state as state_lib
 from specdec_jax.decoding.loops.drafting import FallbackStop, draft_chain
 from specdec_jax.decoding.loops.program import LoopProgram
+from specdec_jax.decoding.loops.output import BlockTrace, output
 from specdec_jax.decoding.loops.state import (
-    Batch, BlockTrace, DraftState, Level, LoopConfig, Stream, all_finite)
+    Batch, DraftState, Level, LoopConfig, Stream, all_finite)
 from specdec_jax.decoding.rules import keys as keys_lib
 from specdec_jax.decoding.rules import sampling
 from specdec_jax.decoding.verify.chain import verify_block
@@ -129,7 +130,7 @@ def chain_program(models: tuple, cfg: LoopConfig,
     return _body(models, params, batch, cfg, rule, s)
 
   def finish(args, s: DraftState):
-    return state_lib.output(s.stream, s.levels, cfg, trace=s.trace)
+    return output(s.stream, s.levels, cfg, trace=s.trace)
 
   return LoopProgram(("speculative", models, cfg, rule), init, cond, body,
                      finish)

@@ -26,8 +26,9 @@ import jax.numpy as jnp
 
 from specdec_jax.decoding.loops import state as state_lib
 from specdec_jax.decoding.loops.program import LoopProgram
+from specdec_jax.decoding.loops.output import BlockTrace, output
 from specdec_jax.decoding.loops.state import (
-    Batch, BlockTrace, DraftState, Level, LoopConfig, Stream, all_finite)
+    Batch, DraftState, Level, LoopConfig, Stream, all_finite)
 from specdec_jax.decoding.loops.tree_drafting import draft_tree
 from specdec_jax.decoding.rules import keys as keys_lib
 from specdec_jax.decoding.rules import sampling
@@ -226,7 +227,7 @@ def tree_program(models: tuple, cfg: TreeConfig, rule) -> LoopProgram:
     return _body(models, params, batch, cfg, rule, s)
 
   def finish(args, s: DraftState):
-    return state_lib.output(s.stream, s.levels, cfg, trace=s.trace)
+    return output(s.stream, s.levels, cfg, trace=s.trace)
 
   # cfg compares by the tree's shape: same-shaped trees share the key.
   return LoopProgram(("tree", models, cfg, rule), init, cond, body, finish)

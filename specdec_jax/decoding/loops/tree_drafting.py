@@ -173,7 +173,7 @@ def _catch_up(drafter, q_params, cache: KVCache, token, valid):
   return lax.cond(jnp.any(valid), feed, lambda c: c, cache)
 
 
-def _draw_children(kind: str, logits, sq, kids, slot_of, keys_at, c_max):
+def draw_children(kind: str, logits, sq, kids, slot_of, keys_at, c_max):
   """Children tokens of P parents, rank by rank.
 
   Args:
@@ -211,6 +211,28 @@ def _draw_children(kind: str, logits, sq, kids, slot_of, keys_at, c_max):
     used = used | (iota == x[..., None])
     out.append(x.astype(jnp.int32))
   return jnp.stack(out, axis=-1)
+
+
+def _call_level(drafter, q_params, cache: KVCache, k: int, toks: jax.Array,
+                tree: dict, base: jax.Array, shape: tuple[int, int, int],
+                pos: jax.Array, incremental: bool):
+  """Drafter call k of :func:`draft_tree`: (logits [B, P, V] at the block
+  positions ``pos`` [B, P] of depth k, the cache back at lengths ``base``)."""
+  if incremental:
+    feed = _level_feed(k, toks, tree, base, shape)
+  else:
+    feed = _prefix_feed(k, toks, tree, base, shape)
+  lg, new = drafter.step(q_params, feed.tokens, feed.cache_at(cache),
+                         positions=feed.positions, mask=feed.mask,
+                         logits_at=feed.logits_at(pos))  # [B, P, V]
+  pos_in = jnp.minimum(pos, shape[0])
+  if lg.shape[:2] != pos_in.shape:
+    raise ValueError(
+        f"the drafter's step returned logits of shape {lg.shape} for "
+        f"logits_at of shape {pos_in.shape}; tree drafting needs [B, P, V] "
+        f"for [B, P] indices (cache.select_positions does it; see "
+        f"specdec_jax/models/interface.py)")
+  return lg, new.with_lengths(base)
 
 
 def draft_tree(drafter, q_params, cache: KVCache, pending: jax.Array,
@@ -256,21 +278,9 @@ def draft_tree(drafter, q_params, cache: KVCache, pending: jax.Array,
     pos = tree["tree.first"][:, k:k + 1] + jnp.arange(bounds[k])  # [B, P]
     valid = (pos <= n) & (jnp.take_along_axis(
         depth, jnp.minimum(pos, n), axis=1) == k)
-    if incremental:
-      feed = _level_feed(k, toks, tree, base, shape)
-    else:
-      feed = _prefix_feed(k, toks, tree, base, shape)
-    lg, new = drafter.step(q_params, feed.tokens, feed.cache_at(cache),
-                           positions=feed.positions, mask=feed.mask,
-                           logits_at=feed.logits_at(pos))  # [B, P, V]
+    lg, cache = _call_level(drafter, q_params, cache, k, toks, tree, base,
+                            shape, pos, incremental)  # [B, P, V]
     pos_in = jnp.minimum(pos, n)
-    if lg.shape[:2] != pos_in.shape:
-      raise ValueError(
-          f"the drafter's step returned logits of shape {lg.shape} for "
-          f"logits_at of shape {pos_in.shape}; tree drafting needs [B, P, V] "
-          f"for [B, P] indices (cache.select_positions does it; see "
-          f"specdec_jax/models/interface.py)")
-    cache = new.with_lengths(base)
     sq = strategy.probs(lg)
     if logits_buf is None:
       logits_buf = jnp.zeros((b, n + 1) + lg.shape[2:], lg.dtype)
@@ -286,8 +296,8 @@ def draft_tree(drafter, q_params, cache: KVCache, pending: jax.Array,
     out_pos = start_out + k
     keys_at = lambda slots, o=out_pos: tree_lib.node_keys(
         req.seed, req.request_id, o, slots, keys_lib.DRAFT)
-    drawn = _draw_children(kind, lg, sq, kids, tree["tree.slot"], keys_at,
-                           c_max)  # [B, P, C]
+    drawn = draw_children(kind, lg, sq, kids, tree["tree.slot"], keys_at,
+                          c_max)  # [B, P, C]
     # Node j of depth k + 1 is child rank[j] of gathered parent index
     # parents[j] + 1 - first[k].
     at = (parents + 1 - tree["tree.first"][:, k:k + 1]) * c_max + ranks
@@ -298,3 +308,7 @@ def draft_tree(drafter, q_params, cache: KVCache, pending: jax.Array,
   return TreeDraft(tokens=toks, logits=logits_buf, sq=sq_buf, cache=cache,
                    start=base, calls=jnp.int32(calls) + jnp.any(
                        catchup_valid).astype(jnp.int32))
+
+
+_draw_children = draw_children  # the planners' old name (issue 38: drop once
+#                                 decoding/planners imports draw_children)

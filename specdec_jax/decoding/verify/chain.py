@@ -38,6 +38,41 @@ class BlockResult:
   pi: jax.Array | None = None
 
 
+def _next_token(target: Target, pi: jax.Array, sq: jax.Array, sp: jax.Array,
+                accepted: jax.Array, forced: jax.Array, key_residual: jax.Array,
+                key_bonus: jax.Array, limit: jax.Array | None,
+                gamma: int) -> jax.Array:
+  """[B] the token :func:`verify_block` emits after ``accepted`` drafts:
+  the residual draw at position n < gamma (S(p) where ``forced``), else the
+  bonus draw at position gamma (shapes as in ``verify_block``)."""
+  # Distribution of the token at position n (clamped: unused if n == gamma).
+  at = jnp.minimum(accepted, gamma - 1)[:, None, None]  # [B, 1, 1]
+  pi_n = jnp.take_along_axis(pi, at, axis=1)[:, 0]  # [B, V]
+  sq_n = jnp.take_along_axis(sq, at, axis=1)[:, 0]
+  res_dist = residual(pi_n, sq_n)
+  # A residual with no mass (rounding when pi ~= sq) falls back to pi.
+  res_dist = jnp.where(jnp.sum(res_dist, -1, keepdims=True) > 0, res_dist,
+                       pi_n)
+  if limit is not None:
+    sp_n = jnp.take_along_axis(sp, at, axis=1)[:, 0]
+    res_dist = jnp.where(forced[:, None], sp_n, res_dist)
+  bonus_dist = pi[:, gamma]
+  if not target.normalized:
+    bonus_dist = effective(pi[:, gamma], sq[:, gamma])
+  key_n = jax.vmap(jax.random.fold_in)(key_residual, accepted)
+  if sampling.LEAN:  # one search: the row's residual or bonus, same token
+    uniform = jax.vmap(lambda k: jax.random.uniform(k, ()))
+    rejected = accepted < gamma  # [B]
+    token = sampling.sample_at(
+        jnp.where(rejected, uniform(key_n), uniform(key_bonus)),
+        jnp.where(rejected[:, None], res_dist, bonus_dist))
+  else:
+    res_tok = sampling.sample(key_n, res_dist)
+    bonus_tok = sampling.sample(key_bonus, bonus_dist)
+    token = jnp.where(accepted < gamma, res_tok, bonus_tok)
+  return token
+
+
 def verify_block(target: Target, drafts: jax.Array, q: jax.Array,
                  p: jax.Array, sq: jax.Array, sp: jax.Array, u: jax.Array,
                  key_residual: jax.Array, key_bonus: jax.Array,
@@ -97,30 +132,7 @@ def verify_block(target: Target, drafts: jax.Array, q: jax.Array,
     forced = accepted > limit
     accepted = jnp.minimum(accepted, limit)
 
-  # Distribution of the token at position n (clamped: unused if n == gamma).
-  at = jnp.minimum(accepted, gamma - 1)[:, None, None]  # [B, 1, 1]
-  pi_n = jnp.take_along_axis(pi, at, axis=1)[:, 0]  # [B, V]
-  sq_n = jnp.take_along_axis(sq, at, axis=1)[:, 0]
-  res_dist = residual(pi_n, sq_n)
-  # A residual with no mass (rounding when pi ~= sq) falls back to pi.
-  res_dist = jnp.where(jnp.sum(res_dist, -1, keepdims=True) > 0, res_dist,
-                       pi_n)
-  if limit is not None:
-    sp_n = jnp.take_along_axis(sp, at, axis=1)[:, 0]
-    res_dist = jnp.where(forced[:, None], sp_n, res_dist)
-  bonus_dist = pi[:, gamma]
-  if not target.normalized:
-    bonus_dist = effective(pi[:, gamma], sq[:, gamma])
-  key_n = jax.vmap(jax.random.fold_in)(key_residual, accepted)
-  if sampling.LEAN:  # one search: the row's residual or bonus, same token
-    uniform = jax.vmap(lambda k: jax.random.uniform(k, ()))
-    rejected = accepted < gamma  # [B]
-    token = sampling.sample_at(
-        jnp.where(rejected, uniform(key_n), uniform(key_bonus)),
-        jnp.where(rejected[:, None], res_dist, bonus_dist))
-  else:
-    res_tok = sampling.sample(key_n, res_dist)
-    bonus_tok = sampling.sample(key_bonus, bonus_dist)
-    token = jnp.where(accepted < gamma, res_tok, bonus_tok)
+  token = _next_token(target, pi, sq, sp, accepted, forced, key_residual,
+                      key_bonus, limit, gamma)  # [B]
   return BlockResult(accepted=accepted.astype(jnp.int32), token=token,
                      defer=defer, accept=accept, pi=pi)
