@@ -16,7 +16,7 @@ from absl import flags
 GIN_DIR = os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), "gin")
 MODES = ("decode", "eval", "bench", "plan", "plan-tree", "plan-hierarchy",
-         "main", "serve")
+         "main", "serve", "tune")
 HELP_ARGS = ("--help", "-h", "-help", "--helpshort", "-?", "--helpfull",
              "-helpfull", "help")
 
@@ -41,6 +41,9 @@ _MODE_HELP = {
             "command",
     "serve": "an OpenAI-compatible HTTP server (/v1/completions with "
              "streaming, /metrics) on 127.0.0.1:8000 (docs/serving.md)",
+    "tune": "time target-only, chains and trees per batch size; choose the "
+            "fastest lossless (or best-within-budget) strategy and write "
+            "the auto strategy file (run.strategy = 'auto')",
 }
 _EXAMPLES = {
     "decode": "specdec_jax decode --gin_file=runs/decode.gin "
@@ -64,6 +67,9 @@ _EXAMPLES = {
                       "--gin.OUTPUT=\"'my_hierarchy.gin'\"",
     "main": "specdec_jax main --num_examples=8",
     "serve": "specdec_jax serve --gin.PORT=8000",
+    "tune": "specdec_jax tune --gin_file=runs/tune.gin "
+            "--gin_file=pairs/default_t5_codegen.gin "
+            "--gin.OUTPUT=\"'auto.gin'\"",
 }
 
 
@@ -119,7 +125,9 @@ def usage(full: bool = False) -> str:
   module = flags.FLAGS.find_module_defining_flag("gin_file")
   text = flags.FLAGS.module_help(module) if module else ""
   lines += ["", "Flags:"] + [ln for ln in text.splitlines()
-                             if ln.strip() and not ln.rstrip().endswith(":")]
+                             if ln.strip() and (ln.lstrip().startswith("--")
+                                                or not ln.rstrip().endswith(
+                                                    ":"))]
   if full:
     lines += ["", "All flags:", flags.FLAGS.get_help()]
   lines += ["", "Errors (bad flags, files, bindings, values, requests) print "

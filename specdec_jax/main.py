@@ -8,7 +8,8 @@ r"""The specdec_jax command line (absl flags + gin), t5x style.
 Flags: --gin_file (repeatable; resolved against --gin_search_paths and the
 shipped gin/ directory), --gin_bindings / --gin.KEY=VALUE (repeatable),
 --gin_search_paths (comma separated), --mode (decode | eval | bench | plan |
-plan-tree | plan-hierarchy | main; overrides ``run.mode``), --num_examples,
+plan-tree | plan-hierarchy | main | serve | tune; overrides ``run.mode``),
+--num_examples,
 --verify=CHECKPOINT, --compilation_cache_dir (every mode keeps compiled
 programs in a per-user persistent cache, ~/.cache/specdec_jax/jax_cache by
 default, so a second run answers without compiling; '' turns it off).
@@ -105,7 +106,7 @@ def run(mode: str | None = None, drafter=None, verifier=None, method=None,
         sampling=None, gamma: int = 5, max_new_tokens: int = 64,
         batch_size: int = 8, input_file: str | None = None,
         output_dir: str | None = None, seed: int = 0, tree=None,
-        hierarchy=None, strategy=None):
+        hierarchy=None, strategy=None, tune_file: str | None = None):
   """Runs one mode with the configured models and method.
 
   ``tree`` (a ``tree_spec()``, gin/trees/*.gin) makes decode verify draft
@@ -113,7 +114,10 @@ def run(mode: str | None = None, drafter=None, verifier=None, method=None,
   ``hierarchy_spec()``, gin/hierarchies/*.gin) makes it decode with a stack
   of drafters under the verifier (hierarchical speculative decoding).
   ``strategy`` sets the draft structure as one value instead:
-  ``@chain()``, ``@tree()`` or ``@stack()``.
+  ``@chain()``, ``@tree()`` or ``@stack()``, or ``'auto'``: the row of
+  ``tune_file`` (``specdec_jax tune``) for ``batch_size`` -- the largest
+  tuned batch size <= it -- sets method and structure (no file: the pair
+  is calibrated first).
 
   Mode 'decode' returns the rows (and raises
   ``decode_requests.RequestErrors`` after writing the good rows when some
@@ -122,6 +126,16 @@ def run(mode: str | None = None, drafter=None, verifier=None, method=None,
   if mode not in MODES:
     raise ValueError(f"set --mode or run.mode to one of {', '.join(MODES)} "
                      f"(got {mode!r}); `specdec_jax --help` shows examples")
+  if strategy == "auto":
+    if mode != "decode":
+      raise ValueError(f"run.strategy = 'auto' is read by mode decode (and "
+                       f"decoding.decode('auto', ..., tune=) in Python), "
+                       f"not by {mode!r}")
+    method, gamma, tree = mode_specs.auto_args(tune_file, drafter, verifier,
+                                               sampling, batch_size)
+    strategy = None
+  elif tune_file is not None:
+    raise ValueError("run.tune_file is read by run.strategy = 'auto' only")
   gamma, tree, hierarchy = structure_specs.structure_args(
       strategy, gamma, tree, hierarchy)
   if mode == "decode":
@@ -151,6 +165,8 @@ def run(mode: str | None = None, drafter=None, verifier=None, method=None,
     return mode_specs.main_job_spec()
   if mode == "serve":
     return mode_specs.serve_spec()
+  if mode == "tune":
+    return mode_specs.tune_spec()
   if drafter is None or verifier is None:
     raise ValueError(f"{mode} needs a drafter and a verifier: include a "
                      f"gin/pairs/*.gin file")

@@ -2,7 +2,8 @@
 
 Split from ``main.py`` (the entry point, which imports it so gin knows
 them): 'plan', 'plan-tree', 'plan-hierarchy', 'eval' / 'bench', 'main' and
-'serve', each a ``*_spec`` configurable that ``run`` calls.
+'serve' and 'tune', each a ``*_spec`` configurable that ``run`` calls
+(and ``auto_args``, the row of ``run.strategy = 'auto'``).
 """
 
 from __future__ import annotations
@@ -174,3 +175,45 @@ def serve_spec(drafter=None, verifier=None, medium=None,
       port=port, slots=slots, max_prompt=max_prompt, max_tokens=max_tokens,
       steps=steps, speculation=speculation, gamma=gamma, max_queue=max_queue,
       request_timeout_s=request_timeout_s, max_pools=max_pools)
+
+
+@gin.configurable
+def tune_spec(drafter=None, verifier=None, objective: str = "latency",
+              latency_budget=None, quality_floor=None,
+              temperature: float = 0.0, batch_sizes=(1, 8),
+              gammas=(1, 2, 3, 4, 5, 6, 7, 8), trees=((2, 2), (2, 3)),
+              input_file: str | None = None, num_prompts: int = 4,
+              new_tokens: int = 16, repeats: int = 3, prune=3,
+              price: bool = True, output: str | None = None, seed: int = 0):
+  """Mode 'tune' (gin/runs/tune.gin): measure target-only, chains, trees
+  (and cascades for objective 'quality') per batch size, choose one per
+  objective, write the auto strategy file (specdec_jax/tune_run.py)."""
+  from specdec_jax import tune_run  # pylint: disable=g-import-not-at-top
+  if drafter is None or verifier is None:
+    raise ValueError("tune needs a drafter and a verifier: include a "
+                     "gin/pairs/*.gin file")
+  return tune_run.run_tune(
+      drafter, verifier, objective=objective, latency_budget=latency_budget,
+      quality_floor=quality_floor, temperature=temperature,
+      batch_sizes=batch_sizes, gammas=gammas, trees=trees,
+      input_file=input_file, num_prompts=num_prompts, new_tokens=new_tokens,
+      repeats=repeats, prune=prune, price=price,
+      output=output if runs.is_writer() else None, seed=seed)
+
+
+def auto_args(tune_file, drafter, verifier, sampling, batch_size):
+  """(method, gamma, tree) of ``run.strategy = 'auto'``: the tune file's
+  row for the run's batch size, or a quick calibration when no file."""
+  from specdec_jax import tune_run  # pylint: disable=g-import-not-at-top
+  from specdec_jax.decoding.planners import auto  # pylint: disable=g-import-not-at-top
+  if tune_file is None:
+    if drafter is None or verifier is None:
+      raise ValueError("run.strategy = 'auto' without run.tune_file "
+                       "calibrates the pair: include a gin/pairs/*.gin file")
+    table = tune_run.run_tune(
+        drafter, verifier, batch_sizes=(batch_size,),
+        temperature=float(getattr(sampling, "temperature", 0.0) or 0.0),
+        quiet=True)
+  else:
+    table = auto.load(tune_file)
+  return tune_run.structure_of(table, batch_size)

@@ -22,7 +22,8 @@ from specdec_jax.decoding import planners
 from specdec_jax.decoding.planners import tree_shape
 
 
-def _requests(drafter, verifier, input_file, num_prompts: int, seed: int):
+def calibration_requests(drafter, verifier, input_file, num_prompts: int,
+                         seed: int):
   """(d_model, v_model, q_params, p_params, prompts, inputs) of the run."""
   if verifier.default_pair:
     from specdec_jax.eval import default_models  # pylint: disable=g-import-not-at-top
@@ -167,8 +168,8 @@ def run_plan_tree(drafter, verifier, method, sampling, *, proposal: str,
   check_output(output)
   bar = StageBar("plan-tree", ["loading the models", "calibrating "
                  "acceptance", "timing the models", "planning"])
-  (d, v, qp, pp), prompts, inputs = _requests(drafter, verifier, input_file,
-                                              num_prompts, seed)
+  (d, v, qp, pp), prompts, inputs = calibration_requests(
+      drafter, verifier, input_file, num_prompts, seed)
   bar.next()
   acceptance = planners.calibrate(
       method, d, v, qp, pp, prompts, inputs=inputs, sampling=sampling,

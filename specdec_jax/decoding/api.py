@@ -68,6 +68,25 @@ def _check_size(strategy: Strategy, cfg: LoopConfig, width: int,
                      f"max_new_tokens or the buffers")
 
 
+def _auto(strategy, models, params, tune, sampling, prompts, inputs):
+  """(strategy, models, params) of ``strategy='auto'``."""
+  if not (isinstance(strategy, str) and strategy == "auto"):
+    raise ValueError(f"strategy must be a decoding.Strategy or 'auto' (with "
+                     f"tune=); got {strategy!r}"
+                     + ("" if isinstance(strategy, str) else
+                        " with tune= / sampling=, which only 'auto' takes"))
+  if tune is None:
+    raise ValueError("strategy='auto' needs tune=: an AutoTable "
+                     "(decoding.planners.tune(...)) or a tune file path "
+                     "(`specdec_jax tune`)")
+  from specdec_jax.decoding.planners import auto  # pylint: disable=g-import-not-at-top
+  rows = inputs if prompts is None else prompts
+  if rows is None:
+    raise ValueError("strategy='auto' picks its row by batch size: give "
+                     "prompts= or inputs=")
+  return auto.as_table(tune).select(models, params, len(rows), sampling)
+
+
 def decode(strategy: Strategy, models: Sequence, params: Sequence,
            prompts=None, *, inputs=None,
            max_new_tokens: int | Sequence[int] = 32, seeds=0,
@@ -75,12 +94,19 @@ def decode(strategy: Strategy, models: Sequence, params: Sequence,
            pad_id: int = 0, max_cache_length: int | None = None,
            on_nonfinite: str = "raise", mesh=None,
            pad_to: int | None = None,
-           return_trace: bool = False) -> DecodeResult:
+           return_trace: bool = False, tune=None,
+           sampling=None) -> DecodeResult:
   """Decodes a batch with ``strategy`` (the one request path).
 
   Args:
     strategy: a :class:`~strategy.Strategy` (method + structure +
-      sampling).
+      sampling), or ``'auto'``: the row of ``tune`` (an ``AutoTable`` from
+      ``planners.tune`` or a tune file's path) for this batch -- the row of
+      the largest tuned batch size <= the number of rows -- on the models
+      the table was tuned with (``models``: all of them, cheapest first).
+    tune: the auto table or its path (``strategy='auto'`` only).
+    sampling: with ``'auto'``, overrides the table's sampling (default:
+      Temperature(the temperature it was tuned at)).
     models: the levels, cheapest first: (drafter, verifier) for a Chain or
       a Tree (the drafter is ignored by methods that do not use it), K + 1
       models for a ``Stack`` of K buffers (the target last).
@@ -92,6 +118,9 @@ def decode(strategy: Strategy, models: Sequence, params: Sequence,
   Returns:
     DecodeResult (per-level counters ``calls`` etc. are [B, len(models)]).
   """
+  if isinstance(strategy, str) or tune is not None or sampling is not None:
+    strategy, models, params = _auto(strategy, models, params, tune,
+                                     sampling, prompts, inputs)
   _check_options(strategy, on_nonfinite, return_trace)
   models, params = request.check(strategy, models, params)
   verifier = models[-1]
@@ -122,7 +151,8 @@ def generate(method, drafter, verifier, q_params, p_params, prompts=None, *,
              pad_id: int = 0, max_cache_length: int | None = None,
              on_nonfinite: str = "raise", mesh=None,
              pad_to: int | None = None,
-             return_trace: bool = False, tree=None) -> DecodeResult:
+             return_trace: bool = False, tree=None,
+             tune=None) -> DecodeResult:
   """Decodes a batch with ``method`` (see ``registry.py``).
 
   A thin wrapper, kept for its signature: it is ``decoding.decode(
@@ -168,10 +198,20 @@ def generate(method, drafter, verifier, q_params, p_params, prompts=None, *,
     tree: optional ``decoding.Tree`` (or a Topology): draft a token tree
       per block and verify it in ONE verifier step (docs/trees.md);
       ``gamma`` is then ignored (the tree's depth is the draft depth).
+    tune: with ``method='auto'``: the auto table (or its path) whose row
+      for this batch decides method, structure and sampling (``sampling``
+      overrides the table's); see ``decode``.
 
   Returns:
     DecodeResult.
   """
+  if isinstance(method, str) and method == "auto":
+    return decode("auto", (drafter, verifier), (q_params, p_params), prompts,
+                  inputs=inputs, max_new_tokens=max_new_tokens, seeds=seeds,
+                  request_ids=request_ids, eos_id=eos_id, pad_id=pad_id,
+                  max_cache_length=max_cache_length,
+                  on_nonfinite=on_nonfinite, mesh=mesh, pad_to=pad_to,
+                  return_trace=return_trace, tune=tune, sampling=sampling)
   strategy = Strategy(method, as_structure(gamma=gamma, tree=tree),
                       sampling)
   return decode(strategy, (drafter, verifier), (q_params, p_params), prompts,

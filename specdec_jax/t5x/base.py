@@ -170,7 +170,17 @@ class SpeculativeModel:
                sampling=None, seed: int | None = None,
                score_decodes: bool = True, model_overrides=None,
                feature_converter_cls=None, optimizer_def=None, tree=None,
-               hierarchy=None):
+               hierarchy=None, tune_file: str | None = None,
+               batch_size: int = 1):
+    if method == "auto":  # the tune file's row for batch_size
+      from specdec_jax.decoding.planners import auto  # pylint: disable=g-import-not-at-top
+      if tune_file is None:
+        raise ValueError("method='auto' needs tune_file= (written by "
+                         "`specdec_jax tune`)")
+      method, method_knobs, gamma, tree = auto.load(tune_file).pair_choice(
+          batch_size)
+    elif tune_file is not None:
+      raise ValueError("tune_file is read by method='auto' only")
     self.drafter = _resolve_model(drafter, model_overrides, "drafter")
     self.verifier = _resolve_model(verifier, model_overrides, "verifier")
     kind = "encoder-decoder" if self._ENCODER_DECODER else "decoder-only"

@@ -83,6 +83,10 @@ class SpeculativeEncoderDecoderModel(SpeculativeModel):
     hierarchy: optional :class:`Hierarchy` of early exits of the verifier
       between the drafter and the verifier (docs/t5x.md); gamma is then
       unused. At most one of tree and hierarchy.
+    tune_file: with ``method='auto'``: an auto strategy file (``specdec_jax
+      tune``); its row for ``batch_size`` (the largest tuned batch size <=
+      it) sets method, knobs, gamma and tree.
+    batch_size: the batch size the Model decodes (``method='auto'``).
   """
 
   FEATURE_CONVERTER_CLS = _ENC_DEC_CONVERTER

@@ -309,6 +309,3 @@ def draft_tree(drafter, q_params, cache: KVCache, pending: jax.Array,
                    start=base, calls=jnp.int32(calls) + jnp.any(
                        catchup_valid).astype(jnp.int32))
 
-
-_draw_children = draw_children  # the planners' old name (issue 38: drop once
-#                                 decoding/planners imports draw_children)

@@ -11,8 +11,14 @@
     hierarchy_calibration.py
                     inputs of the hierarchy planner: pairwise alpha from one
                     teacher-forced pass, per-call costs by block width
+    tuning.py       tune(): measure candidate strategies per batch size
+                    (target-only, chains, trees, hierarchies, cascades)
+                    and choose one per objective -> auto.AutoTable
+    auto.py         the auto table (batch size -> strategy), its gin file,
+                    and the row rule of decode(strategy='auto')
 """
 
+from specdec_jax.decoding.planners.auto import AutoTable, load
 from specdec_jax.decoding.planners.calibration import (Costs, calibrate,
                                                      measure_costs,
                                                      rank_acceptance)
@@ -23,8 +29,9 @@ from specdec_jax.decoding.planners.tree_shape import (Plan, best_tree,
                                                       expected_accepted,
                                                       plan_tree, rank_probs,
                                                       tree_gin)
+from specdec_jax.decoding.planners.tuning import tune
 
-__all__ = ["CallCosts", "CostModel", "Costs", "Plan", "best_tree", "calibrate",
-           "expected_accepted", "measure_call_costs", "measure_costs",
-           "pairwise_alpha", "plan_tree", "rank_acceptance", "rank_probs",
-           "tree_gin"]
+__all__ = ["AutoTable", "CallCosts", "CostModel", "Costs", "Plan",
+           "best_tree", "calibrate", "expected_accepted", "load",
+           "measure_call_costs", "measure_costs", "pairwise_alpha",
+           "plan_tree", "rank_acceptance", "rank_probs", "tree_gin", "tune"]

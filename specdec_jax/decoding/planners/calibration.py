@@ -24,7 +24,7 @@ import numpy as np
 
 from specdec_jax import timing
 from specdec_jax.decoding import inputs as inputs_lib
-from specdec_jax.decoding.loops.tree_drafting import _draw_children
+from specdec_jax.decoding.loops.tree_drafting import draw_children
 from specdec_jax.decoding.methods import TargetOnly
 from specdec_jax.decoding.api import decode
 from specdec_jax.decoding.rules import sampling as sampling_lib
@@ -105,9 +105,9 @@ def _simulate_jit(static, s_static, kind, k, knobs, s_knobs, q_logits,
   keys_at = lambda slots: jax.vmap(lambda kk, ss: jax.vmap(
       lambda s: jax.random.fold_in(kk, s))(ss))(row_keys, slots)
   kids = jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32), (b, 1, k))
-  toks = _draw_children(kind, q_logits[:, None], sq[:, None], kids,
-                        jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32),
-                                         (b, k)), keys_at, k)[:, 0]  # [b, k]
+  toks = draw_children(kind, q_logits[:, None], sq[:, None], kids,
+                       jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32),
+                                        (b, k)), keys_at, k)[:, 0]  # [b, k]
   block = jnp.concatenate([jnp.zeros((b, 1), jnp.int32), toks], axis=1)
   rep = lambda x: jnp.repeat(x[:, None], k + 1, axis=1)  # [b, k + 1, V]
   out = tree_lib.verify_tree(

@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
+import jax
 import numpy as np
 
 from specdec_jax import timing
@@ -124,6 +125,15 @@ class CostModel:
     return CallCosts(self.widths, self.seconds, self.batch)
 
 
+def parameter_free(model, params) -> bool:
+  """Whether ``model`` is a parameter-free drafter (``models.NgramModel``,
+  prompt lookup): its calls are priced at zero (their cost is loop work,
+  counted in the structure's overhead)."""
+  if type(model).__name__ == "NgramModel":
+    return True
+  return not jax.tree.leaves(params)
+
+
 def measure(levels: Sequence, batch: int = 1,
             widths: Sequence[int] = (1, 2, 4, 8, 16), repeats: int = 5,
             iteration_s: dict | None = None, call_s: float = 0.0,
@@ -131,7 +141,8 @@ def measure(levels: Sequence, batch: int = 1,
   """Times every model of ``levels`` at every width (this machine).
 
   Args:
-    levels: [(model, params)], cheapest first, the target last.
+    levels: [(model, params)], cheapest first, the target last. A
+      parameter-free drafter (``parameter_free``) costs 0 and is not timed.
     batch: serving batch size.
     widths: block widths (1 is added).
     repeats: timed loops per (model, width); the median is kept, every
@@ -146,13 +157,17 @@ def measure(levels: Sequence, batch: int = 1,
   widths = tuple(sorted({1, *(int(w) for w in widths)}))
   if widths[0] < 1:
     raise ValueError(f"widths must be >= 1, got {list(widths)}")
+  free = {i for i, (m, p) in enumerate(levels[:-1]) if parameter_free(m, p)}
   timers = {(i, w): timing.step_timer(m, p, batch, w, sampling=sampling)
-            for i, (m, p) in enumerate(levels) for w in widths}
+            for i, (m, p) in enumerate(levels) for w in widths
+            if i not in free}
   med = timing.medians(timers, repeats)
+  med.update({(i, w): 0.0 for i in free for w in widths})
   seconds = tuple(tuple(med[i, w] for w in widths)
                   for i in range(len(levels)))
   return CostModel(widths, seconds, batch,
                    tuple(sorted((iteration_s or {}).items())), call_s)
 
 
-__all__ = ["CostModel", "STRUCTURES", "chain_tokens", "measure"]
+__all__ = ["CostModel", "STRUCTURES", "chain_tokens", "measure",
+           "parameter_free"]
