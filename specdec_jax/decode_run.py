@@ -329,7 +329,7 @@ def _decode(drafter, verifier, method, sampling, gamma, max_new_tokens,
   if hierarchy is not None:
     levels = hierarchy.load(v_model, p_params)
   elif method.uses_drafter:
-    d_model, q_params, d_tok = drafter.load()
+    d_model, q_params, d_tok = drafter.load(v_model)
   tok = v_tok or d_tok
 
   def generate(chunk):

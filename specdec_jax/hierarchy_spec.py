@@ -91,7 +91,7 @@ def architecture(level, verifier_model, what: str):
           f"the verifier has {n}; use 'exit:1' .. 'exit:{n - 1}' (exit:{n} "
           f"would be the verifier itself)")
     return models.early_exit(verifier_model, level.layers)
-  model = level.architecture()
+  model = level.architecture(verifier_model)
   if model.vocab_size != verifier_model.vocab_size:
     raise ValueError(f"{what} ({level_name(level)}) has a vocabulary of "
                      f"{model.vocab_size} ids but the verifier has "
@@ -202,7 +202,7 @@ class HierarchySpec:
                                     f"hierarchy level {i}"), p_params))
         continue
       if lv not in loaded:
-        model, params, _ = lv.load()
+        model, params, _ = lv.load(verifier_model)
         loaded[lv] = (model, params)
       levels.append(loaded[lv])
     return levels + [(verifier_model, p_params)]

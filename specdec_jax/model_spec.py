@@ -29,6 +29,11 @@ CHECKPOINT_FORMATS = ("auto", "native", "hf", "t5x", "t5x_orbax", "gemma")
 # ModelSpec roles; with a default_pair each names one of its models (and its
 # asset directory).
 ROLES = ("drafter", "medium", "verifier")
+# Model-free drafters named by ModelSpec.preset (no checkpoint, no weights):
+# prompt lookup (``models.NgramModel``) over the verifier's vocabulary;
+# 'ngram' proposes one-hot chains, 'ngram_tree' spreads q over every match's
+# continuation (for trees). The value is NgramModel's ``spread``.
+NGRAM_PRESETS = {"ngram": False, "ngram_tree": True}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +47,10 @@ class ModelSpec:
 
   Attributes:
     preset: model preset name (``specdec_jax.models.PRESETS``); required for
-      checkpoints that carry no config (T5X, official Gemma).
+      checkpoints that carry no config (T5X, official Gemma). 'ngram' and
+      'ngram_tree' (:data:`NGRAM_PRESETS`) are the model-free prompt-lookup
+      drafter (``models.NgramModel``, params ``{}``): its vocabulary and
+      stop token are the verifier's.
     checkpoint: checkpoint path (local or gs://).
     checkpoint_format: 'auto', 'native', 'hf', 't5x', 't5x_orbax', 'gemma'.
     dtype: parameter dtype after loading ('bfloat16' or 'float32').
@@ -52,6 +60,8 @@ class ModelSpec:
       ``default_pair`` (small, medium, large; 'medium' is a hierarchy's
       middle level, gin/hierarchies/).
     seed: seed of random weights (>= 0).
+    ngram_ns: the n-gram drafter's suffix lengths, longest first (only
+      with an 'ngram' preset).
     max_input_tokens: the longest model input (T5: encoder ids incl. EOS;
       Gemma: prompt incl. BOS). Longer requests are cut to it with a warning
       (``decode_requests.fit_input``), in decode and eval alike. None: the
@@ -69,6 +79,11 @@ class ModelSpec:
   role: str = "verifier"
   seed: int = 0
   max_input_tokens: int | None = None
+  ngram_ns: tuple[int, ...] = (3, 2, 1)
+
+  def __post_init__(self):
+    if isinstance(self.ngram_ns, list):  # gin writes lists; keep it hashable
+      object.__setattr__(self, "ngram_ns", tuple(self.ngram_ns))
 
   def check(self) -> None:
     """Cheap checks of every field (nothing loaded); raises ValueError."""
@@ -83,9 +98,20 @@ class ModelSpec:
       raise ValueError(f"{what}: checkpoint_format must be one of "
                        f"{', '.join(CHECKPOINT_FORMATS)}, got "
                        f"{self.checkpoint_format!r}")
-    if self.preset is not None and self.preset not in models.PRESETS:
+    if self.preset is not None and self.preset not in models.PRESETS and (
+        self.preset not in NGRAM_PRESETS):
       raise ValueError(f"{what}: unknown preset {self.preset!r}; choose one of "
-                       f"{', '.join(sorted(models.PRESETS))}")
+                       f"{', '.join(sorted([*models.PRESETS, *NGRAM_PRESETS]))}")
+    if self.is_ngram and (self.checkpoint or self.default_pair):
+      raise ValueError(f"{what}: preset {self.preset!r} is the model-free "
+                       f"n-gram drafter; it takes no checkpoint or "
+                       f"default_pair (unset them)")
+    if self.is_ngram and (
+        isinstance(self.ngram_ns, (str, bytes)) or not self.ngram_ns or
+        any(_bad_int(n, 1, 2**16) for n in self.ngram_ns)):
+      raise ValueError(f"{what}: ngram_ns must be a non-empty list of "
+                       f"integers >= 1 (e.g. [3, 2, 1]), got "
+                       f"{self.ngram_ns!r}")
     if not (self.default_pair or self.checkpoint or self.preset):
       raise ValueError(f"the {self.role} needs a preset, a checkpoint or a "
                        f"default_pair")
@@ -102,9 +128,29 @@ class ModelSpec:
       raise ValueError(f"{what}: max_input_tokens must be an integer >= 2 or "
                        f"None, got {self.max_input_tokens!r}")
 
-  def architecture(self):
-    """The model object (config only, no parameters read; cheap)."""
+  @property
+  def is_ngram(self) -> bool:
+    """True for the model-free n-gram drafter ('ngram' / 'ngram_tree')."""
+    return self.preset in NGRAM_PRESETS
+
+  def architecture(self, verifier_model=None):
+    """The model object (config only, no parameters read; cheap).
+
+    Args:
+      verifier_model: the verifier's model object; the n-gram presets take
+        their vocabulary and stop token from it (required for them, unused
+        otherwise).
+    """
     self.check()
+    if self.is_ngram:
+      if verifier_model is None:
+        raise ValueError(f"the {self.role}'s ModelSpec (preset "
+                         f"{self.preset!r}) takes its vocabulary from the "
+                         f"verifier: pass verifier_model")
+      return models.NgramModel(verifier_model.vocab_size,
+                               ns=tuple(self.ngram_ns),
+                               spread=NGRAM_PRESETS[self.preset],
+                               eos_id=getattr(verifier_model, "eos_id", None))
     if self.default_pair:
       from specdec_jax.checkpoints import native  # pylint: disable=g-import-not-at-top
       from specdec_jax.eval import default_models  # pylint: disable=g-import-not-at-top
@@ -159,9 +205,16 @@ class ModelSpec:
     tokenizer_lib.check_fits_model(tok, model.vocab_size, self.role)
     return tok
 
-  def load(self):
-    """Returns (model, params, tokenizer or None)."""
+  def load(self, verifier_model=None):
+    """Returns (model, params, tokenizer or None).
+
+    Args:
+      verifier_model: the verifier's model object (needed by the n-gram
+        presets, see :meth:`architecture`).
+    """
     self.check()
+    if self.is_ngram:
+      return self.architecture(verifier_model), {}, None
     if self.default_pair:
       from specdec_jax.eval import default_models  # pylint: disable=g-import-not-at-top
       pair = default_models.load(self.default_pair, dtype=self.dtype)
@@ -226,7 +279,7 @@ def vocab_of(drafter, verifier, uses_drafter: bool):
   """(verifier model, drafter model or None, decode_requests.Vocab) of
   the ModelSpecs of a run (the drafter only when ``uses_drafter``)."""
   v_model = verifier.architecture()
-  d_model = drafter.architecture() if uses_drafter else None
+  d_model = drafter.architecture(v_model) if uses_drafter else None
   if d_model is not None and (
       d_model.vocab_size != v_model.vocab_size or
       d_model.is_encoder_decoder != v_model.is_encoder_decoder):

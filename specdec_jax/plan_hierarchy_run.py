@@ -90,7 +90,7 @@ def _load(verifier, named):
                   p_params))
       continue
     if lv not in loaded:
-      loaded[lv] = lv.load()[:2]
+      loaded[lv] = lv.load(v_model)[:2]
     out.append(loaded[lv])
   return out + [(v_model, p_params)]
 

@@ -34,7 +34,7 @@ def calibration_requests(drafter, verifier, input_file, num_prompts: int,
     prompts, inputs = rows.get("prompts"), rows.get("inputs")
   else:
     v_model, p_params, _ = verifier.load()
-    d_model, q_params, _ = drafter.load()
+    d_model, q_params, _ = drafter.load(v_model)
     models = (d_model, v_model, q_params, p_params)
     rng = np.random.default_rng(seed)
     rows = [list(rng.integers(2, v_model.vocab_size, size=8))

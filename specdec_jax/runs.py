@@ -105,7 +105,8 @@ def load_pair(drafter: ModelSpec, verifier: ModelSpec,
     from specdec_jax.eval import default_models  # pylint: disable=g-import-not-at-top
     return default_models.load(verifier.default_pair, dtype=verifier.dtype)
   v_model, p_params, v_tok = verifier.load()
-  d_model, q_params, d_tok = drafter.load()
+  d_model, q_params, d_tok = drafter.load(v_model)
+  d_tok = v_tok if drafter.is_ngram else d_tok  # model-free: no tokenizer
   if v_tok is None or d_tok is None:
     raise ValueError("evaluation needs text: set ModelSpec.tokenizer for the "
                      "drafter and the verifier (the same SentencePiece "

@@ -44,9 +44,9 @@ def _build(files, bindings=(), monkeypatch=None):
   main.parse_gin(files, list(bindings))
   seen = {}
 
-  def fake_decode(drafter, verifier, method, sampling, *args):
+  def fake_decode(drafter, verifier, method, sampling, *args, **kwargs):
     seen.update(drafter=drafter, verifier=verifier, method=method,
-                sampling=sampling, args=args)
+                sampling=sampling, args=args, **kwargs)
     return runs.DecodeReport(rows=[], new_rows=[], resumed=0, failed=[],
                              seconds=0.0, output=None)
 
@@ -74,7 +74,8 @@ def test_pair_files_build(path, monkeypatch):
   for role in ("drafter", "verifier"):
     spec = seen[role]
     assert isinstance(spec, runs.ModelSpec) and spec.role == role
-    assert spec.preset in models.PRESETS or spec.default_pair
+    assert spec.preset in models.PRESETS or spec.default_pair or (
+        role == "drafter" and spec.is_ngram)
 
 
 @pytest.mark.parametrize("path", _files("methods"))

@@ -73,6 +73,10 @@ class NgramModel:
   def num_params(self) -> int:
     return 0
 
+  def param_shapes(self) -> dict:
+    """No parameters (memory checks count none)."""
+    return {}
+
   def init_cache(self, batch: int, max_length: int,
                  encoded=None) -> KVCache:
     """History of ``max_length`` slots per row ([B, T, 1, 1] token ids)."""

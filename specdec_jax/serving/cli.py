@@ -46,7 +46,8 @@ def serve_models(specs: Sequence, *, host: str, port: int, **kw) -> None:
   if host not in ("127.0.0.1", "localhost", "::1"):
     logging.warning("serving on %s: the server has no authentication; "
                     "expose it only behind a proxy you control", host)
-  loaded = [s.load() for s in specs]
+  target = specs[-1].load()  # lower levels may need it (an n-gram drafter
+  loaded = [s.load(target[0]) for s in specs[:-1]] + [target]  # its vocab)
   levels = [(m, p) for m, p, _ in loaded]
   tok = loaded[-1][2]
   codec = None if tok is None else TextCodec(
