@@ -16,6 +16,8 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from specdec_jax.models.interface import flatten_params, unflatten_params
+
 StateDict = dict[str, np.ndarray]
 
 # A conversion rule: (destination name, source names, fn(*sources) -> array).
@@ -63,3 +65,19 @@ def apply_rules(rules: list[Rule], source: Mapping[str, Any],
   for dest, names, fn in rules:
     out[dest] = fn(*(_get(source, n, what) for n in names))
   return out
+
+
+def params_from_state_dict(rules: list[Rule],
+                           sd: Mapping[str, Any]) -> dict:
+  """HF state dict -> our nested params, by a family's ``rules_from_hf``."""
+  return unflatten_params(apply_rules(rules, sd))
+
+
+def state_dict_from_params(rules: list[Rule], tied: Mapping[str, str],
+                           params: Mapping[str, Any]) -> StateDict:
+  """Our params -> HF state dict, by a family's ``rules_to_hf``, with the
+  tied copies (``{copy: original}``) HF expects filled in."""
+  sd = apply_rules(rules, flatten_params(params), "params")
+  for alias, name in tied.items():
+    sd[alias] = sd[name]
+  return sd

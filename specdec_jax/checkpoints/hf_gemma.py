@@ -11,10 +11,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from specdec_jax.checkpoints.hf_convert import (Rule, StateDict, apply_rules,
-                                               contiguous_t, same)
+from specdec_jax.checkpoints.hf_convert import (Rule, StateDict, contiguous_t,
+                                                params_from_state_dict, same,
+                                                state_dict_from_params)
 from specdec_jax.models.gemma import GLOBAL, LOCAL, GemmaConfig
-from specdec_jax.models.interface import flatten_params, unflatten_params
 
 # HF tensors that are tied copies of another one: {copy: original}. HF's
 # save_pretrained omits them and from_pretrained re-ties them.
@@ -237,15 +237,12 @@ def gemma_rules_to_hf(cfg: GemmaConfig) -> list[Rule]:
 
 def gemma_params_from_hf(sd: Mapping[str, Any], cfg: GemmaConfig) -> dict:
   """HF Gemma/Gemma2/Gemma3ForCausalLM state dict -> our nested params."""
-  return unflatten_params(apply_rules(gemma_rules_from_hf(cfg), sd))
+  return params_from_state_dict(gemma_rules_from_hf(cfg), sd)
 
 
 def gemma_params_to_hf(params: Mapping[str, Any], cfg: GemmaConfig) -> StateDict:
   """Our Gemma params -> HF Gemma/Gemma2/Gemma3ForCausalLM state dict."""
-  sd = apply_rules(gemma_rules_to_hf(cfg), flatten_params(params), "params")
-  for alias, name in GEMMA_HF_TIED.items():
-    sd[alias] = sd[name]
-  return sd
+  return state_dict_from_params(gemma_rules_to_hf(cfg), GEMMA_HF_TIED, params)
 
 
 # ----------------------------------------------------------------------------

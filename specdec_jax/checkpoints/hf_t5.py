@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from specdec_jax.checkpoints.hf_convert import (Rule, StateDict, apply_rules,
-                                               contiguous, contiguous_t,
-                                               same, transposed)
-from specdec_jax.models.interface import flatten_params, unflatten_params
+from specdec_jax.checkpoints.hf_convert import (Rule, StateDict, contiguous,
+                                                contiguous_t,
+                                                params_from_state_dict, same,
+                                                state_dict_from_params,
+                                                transposed)
 from specdec_jax.models.t5 import T5Config
 
 # HF tensors that are tied copies of another one: {copy: original}. HF's
@@ -116,15 +117,12 @@ def t5_rules_to_hf(cfg: T5Config) -> list[Rule]:
 
 def t5_params_from_hf(sd: Mapping[str, Any], cfg: T5Config) -> dict:
   """HF T5ForConditionalGeneration state dict -> our nested params."""
-  return unflatten_params(apply_rules(t5_rules_from_hf(cfg), sd))
+  return params_from_state_dict(t5_rules_from_hf(cfg), sd)
 
 
 def t5_params_to_hf(params: Mapping[str, Any], cfg: T5Config) -> StateDict:
   """Our T5 params -> HF T5ForConditionalGeneration state dict (untied head)."""
-  sd = apply_rules(t5_rules_to_hf(cfg), flatten_params(params), "params")
-  for alias, name in T5_HF_TIED.items():
-    sd[alias] = sd[name]
-  return sd
+  return state_dict_from_params(t5_rules_to_hf(cfg), T5_HF_TIED, params)
 
 
 # ----------------------------------------------------------------------------
