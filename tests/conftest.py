@@ -9,18 +9,16 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # workers and the subprocesses the tests start (sharding checks, CLIs): a
 # program compiled by one module or worker is loaded, not compiled, by the
 # next (the module fixture below drops in-memory programs). Keys include the
-# JAX version and the program, so an old cache is harmless. Every program is
-# kept, however quick to compile: building a tiny model's parameters runs
-# ~100 small eager programs (initialisers, the dummy forward) that each new
-# module or subprocess would compile again (the sharding checks' tiny pair:
-# 33 s cold, 7.5 s from the cache, measured on the loaded 2-core machine).
-# Set SPECDEC_TEST_XLA_CACHE= (empty) to turn it off.
+# JAX version and the program, so an old cache is harmless. Programs that
+# compile in under 0.3 s are not kept: keeping every one (min 0) was tried
+# in one fresh-clone run (2026-11-28): the suite took 40 min instead of ~30
+# (with ~55 more tests) and one worker segfaulted inside JAX's cache write. Set SPECDEC_TEST_XLA_CACHE= (empty) to turn it off.
 _CACHE = os.environ.get(
     "SPECDEC_TEST_XLA_CACHE",
     os.path.join(tempfile.gettempdir(), f"specdec_jax_test_xla_cache_{os.getuid()}"))
 if _CACHE:
   os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _CACHE)
-  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.3")
 
 # specdec_jax's per-user cache (checksum sidecars of foreign checkpoints, the
 # CLI's compilation cache) goes to a fresh directory per run: test

@@ -221,8 +221,10 @@ def make_batch(prompt, prompt_len, inputs, req: Request, strategy,
   b = prompt.shape[0]
   _, sampling_knobs = knobs_lib.split(sampling_lib.canonical(strategy))
   # device_put of host arrays: jnp.asarray would compile a copy program
-  # per shape (a warm CLI run pays for each, ~10-50 ms).
-  ids = lambda x: jax.device_put(np.asarray(x, np.int32))
+  # per shape (a warm CLI run pays for each, ~10-50 ms). JAX arrays (and
+  # tracers: the t5x adapter builds the batch inside jit) stay JAX values.
+  ids = lambda x: (x.astype(jnp.int32) if isinstance(x, jax.Array) else
+                   jax.device_put(np.asarray(x, np.int32)))
   return Batch(
       prompt=ids(prompt), prompt_len=ids(prompt_len),
       inputs=None if inputs is None else ids(inputs),
