@@ -90,10 +90,15 @@ def _default_pair_names():
 
 @pytest.fixture
 def _no_persistent_cache_writes():
-  """jaxlib 0.10.2 segfaults serializing one of these programs into the
-  persistent compilation cache (compilation_cache.put_executable_and_time;
-  two fresh-clone runs of 2026-11-28, same test): compile them, do not
-  write them. Reading the cache stays on."""
+  """Both fresh-clone runs of 2026-11-28 lost their xdist worker here: a
+  segfault inside JAX's persistent-cache write
+  (compilation_cache.put_executable_and_time), after this module had
+  compiled every method case in the same worker (run alone, the test
+  passes). Drop the module's compiled programs first (the memory-map
+  pressure conftest's per-module cleanup exists for) and do not write these
+  programs to the cache; reading it stays on."""
+  from specdec_jax.decoding.loops import program  # pylint: disable=g-import-not-at-top
+  program.clear_compiled()
   key = "jax_persistent_cache_min_compile_time_secs"
   old = jax.config.jax_persistent_cache_min_compile_time_secs
   jax.config.update(key, 1e9)
