@@ -42,26 +42,48 @@ from specdec_jax import decoding, models, timing
 from specdec_jax.eval import results_file
 
 
+# Random-weight Gemma verifiers by name (``random-<name>``): the 37.8M CPU
+# pair and two memory-bound accelerator pairs in bfloat16 (scripts/
+# device_bench.sh): ~1.0B parameters, and Gemma 2 2B's shape (2.6B).
+# name -> (config fields, drafter layers).
+RANDOM_GEMMA = {
+    "gemma": (dict(vocab_size=8192, d_model=512, num_layers=8, num_heads=8,
+                   num_kv_heads=8, head_dim=64, mlp_dim=2048), 1),
+    "gemma1b": (dict(vocab_size=32768, d_model=2048, num_layers=16,
+                     num_heads=8, num_kv_heads=1, head_dim=256,
+                     mlp_dim=8192, dtype="bfloat16",
+                     param_dtype="bfloat16"), 2),
+    "gemma2b": (dict(vocab_size=256000, d_model=2304, num_layers=26,
+                     num_heads=8, num_kv_heads=4, head_dim=256,
+                     mlp_dim=9216, dtype="bfloat16",
+                     param_dtype="bfloat16"), 2),
+}
+
+
 def random_pair(family: str):
   """A random-weight verifier and a drafter made of its first layer(s).
 
   The drafter shares the verifier's embedding (and, for T5, encoder) and
-  keeps its first decoder layer, so its predictions correlate with the
+  keeps its first decoder layer(s), so its predictions correlate with the
   verifier's: a truncated target, as in early-exit drafting.
+
+  Args:
+    family: 't5' or a key of ``RANDOM_GEMMA`` ('gemma': the 37.8M pair;
+      'gemma1b' / 'gemma2b': bfloat16 accelerator pairs).
   """
-  if family == "gemma":
-    cfg = models.GemmaConfig(vocab_size=8192, d_model=512, num_layers=8,
-                             num_heads=8, num_kv_heads=8, head_dim=64,
-                             mlp_dim=2048)
+  if family in RANDOM_GEMMA:
+    fields, exit_layers = RANDOM_GEMMA[family]
+    cfg = models.GemmaConfig(**fields)
     verifier = models.GemmaModel(cfg)
     p = verifier.init_params(jax.random.PRNGKey(0))
     p["embedder"]["input_embedding"] = p["embedder"]["input_embedding"] * 4.0
-    dcfg = models.GemmaConfig(**{**cfg.__dict__, "num_layers": 1,
+    dcfg = models.GemmaConfig(**{**cfg.__dict__, "num_layers": exit_layers,
                                  "attention_types": ()})
     drafter = models.GemmaModel(dcfg)
-    q = {k: v for k, v in p.items() if k in ("embedder", "final_norm",
-                                             "layer_0")}
-  else:
+    keep = {"embedder", "final_norm",
+            *(f"layer_{i}" for i in range(exit_layers))}
+    q = {k: v for k, v in p.items() if k in keep}
+  elif family == "t5":
     cfg = models.T5Config(vocab_size=8192, d_model=512, num_heads=8,
                           num_encoder_layers=4, num_decoder_layers=8,
                           mlp_dim=2048)
@@ -73,6 +95,10 @@ def random_pair(family: str):
            if not k.startswith("layers_") or k == "layers_0"}
     q = {"token_embedder": p["token_embedder"], "encoder": p["encoder"],
          "decoder": dec}
+  else:
+    raise ValueError(f"unknown random pair 'random-{family}': use random-t5 "
+                     f"or one of "
+                     f"{', '.join('random-' + k for k in RANDOM_GEMMA)}")
   return drafter, verifier, q, p
 
 

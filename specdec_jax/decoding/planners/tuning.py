@@ -103,17 +103,28 @@ def choose(measured: Sequence[Measured], objective: str = "latency", *,
                      "baseline every choice is compared with)")
   base = base[0]
   quality = lambda m: 1.0 if m.candidate.lossless else (m.quality or 0.0)
-  pool = [m for m in measured if m is base or m.ratio >= margin]
+  speed = lambda m: 1.0 if m is base else conservative_ratio(m, base)
+  pool = [m for m in measured if m is base or speed(m) >= margin]
   if objective == "latency":
     pool = [m for m in pool if m.candidate.lossless]
-    return max(pool, key=lambda m: m.ratio)
+    return max(pool, key=speed)
   if latency_budget is not None:
-    fits = [m for m in pool if 1.0 / max(m.ratio, 1e-12) <= latency_budget]
+    fits = [m for m in pool if 1.0 / max(speed(m), 1e-12) <= latency_budget]
     if not fits:
-      return max(pool, key=lambda m: m.ratio)
-    return max(fits, key=lambda m: (quality(m), m.ratio))
+      return max(pool, key=speed)
+    return max(fits, key=lambda m: (quality(m), speed(m)))
   fits = [m for m in pool if quality(m) >= quality_floor]
-  return max(fits, key=lambda m: m.ratio)
+  return max(fits, key=speed)
+
+
+def conservative_ratio(m: Measured, base: Measured) -> float:
+  """The smaller of a candidate's two speed estimates against target-only:
+  the median of per-repeat ratios (``m.ratio``) and the ratio of median
+  tokens/s (``m.tps / base.tps``). Both agree on a quiet machine; when the
+  load changes between repeats they part (a run measured 1.43x by one and
+  0.42x by the other), and a choice is made only if both clear the margin.
+  """
+  return min(m.ratio, m.tps / max(base.tps, 1e-12))
 
 
 
