@@ -131,8 +131,8 @@ def report(r, prompts) -> str:
       "5.23) holds exactly those weights; llama.cpp reads the GGUF file "
       f"itself. {r['device']}; load average "
       f"{r['load_average_start'][0]:.1f} at the start, "
-      f"{r['load_average_end'][0]:.1f} at the end (four developers share "
-      "the machine: absolute speeds are low and noisy, compare ratios).", ""]
+      f"{r['load_average_end'][0]:.1f} at the end (a shared machine: "
+      "absolute speeds are noisy, compare ratios).", ""]
   if lc:
     lines += [
         f"llama.cpp: {lc['package']}, prebuilt CPU library, driven through "
