@@ -47,7 +47,7 @@ import time
 from typing import Callable, Mapping, Sequence
 
 from specdec_jax.decoding import registry
-from specdec_jax.eval import drafts, harness, plots, report
+from specdec_jax.eval import auto_rows, drafts, harness, plots, report
 
 DEFAULT_PAIRS = ("t5_codegen", "gemma_completion")
 DEFAULT_NUM_EXAMPLES = 64
@@ -153,6 +153,7 @@ class PairOutcome:
   total_s: float
   plots: list[str]
   skipped: list[str] = dataclasses.field(default_factory=list)
+  auto_tune_s: float = 0.0
 
 
 def run_main_job(out_dir: str, pairs: Sequence[str] | None = None,
@@ -167,7 +168,9 @@ def run_main_job(out_dir: str, pairs: Sequence[str] | None = None,
                  repeats: int = 1, progress: bool = True,
                  load_pair: Callable | None = None,
                  load_examples: Callable | None = None,
-                 print_fn: Callable[[str], None] = print) -> dict:
+                 print_fn: Callable[[str], None] = print, auto: bool = True,
+                 auto_settings: auto_rows.AutoSettings | None = None,
+                 auto_measurer=None) -> dict:
   """Runs the sweep on every pair; writes results, summaries and plots.
 
   Args:
@@ -192,9 +195,15 @@ def run_main_job(out_dir: str, pairs: Sequence[str] | None = None,
     load_examples: ``(name, split) -> examples`` (default:
       default_models.examples).
     print_fn: where the tables go.
+    auto: add the 'auto' and 'auto (quality budget)' rows per pair
+      (``auto_rows.py``: a short tune on the dev split before the sweep,
+      tables kept in out_dir and reused on resume).
+    auto_settings: their candidate set, budget, calibration size.
+    auto_measurer: injected measurements for both tunes (tests).
 
   Returns:
-    {'aggregates', 'summary', 'outcomes', 'paths'}.
+    {'aggregates', 'summary', 'outcomes', 'paths', 'auto'} ('auto': the
+    auto rows, ``auto_rows.report_rows``).
   """
   if load_pair is None or load_examples is None:
     dm = _default_models()
@@ -210,7 +219,9 @@ def run_main_job(out_dir: str, pairs: Sequence[str] | None = None,
                              batch_size=batch_size, seed=seed)
   os.makedirs(out_dir, exist_ok=True)
   results_path = os.path.join(out_dir, "results.jsonl")
-  all_aggs, outcomes, plot_paths = [], [], []
+  all_aggs, outcomes, plot_paths, autos = [], [], [], []
+  settings = auto_settings or auto_rows.AutoSettings()
+  draft_rows = DRAFT_ROWS if draft_rows is None else draft_rows
   job_start = time.perf_counter()
   started = time.strftime("%Y-%m-%d %H:%M:%S")
   for name in pairs:
@@ -228,6 +239,14 @@ def run_main_job(out_dir: str, pairs: Sequence[str] | None = None,
     configs, skipped = runnable(pair, all_configs)
     for line in skipped:
       print_fn(f"[{name}] {line}")
+    tuned = None
+    if auto:
+      tuned = auto_rows.tune_for_job(
+          pair, load_examples, out_dir, settings, grid, draft_rows,
+          auto_measurer, print_fn, temperature=temperature, top_p=top_p,
+          gamma=gamma, max_new_tokens=max_new_tokens, batch_size=batch_size,
+          seed=seed)
+      configs = list(dict.fromkeys(configs + list(tuned.configs.values())))
     print_fn(f"[{name}] {len(examples)} {split} examples; {len(configs)} "
              f"configurations")
     stats = harness.run(pair, configs, examples, results_path,
@@ -240,10 +259,14 @@ def run_main_job(out_dir: str, pairs: Sequence[str] | None = None,
     paths = plots.plot_all(aggs, out_dir)
     all_aggs += aggs
     plot_paths += paths
+    if tuned is not None:
+      autos += auto_rows.report_rows(tuned, aggs)
     outcomes.append(PairOutcome(
         name=name, num_examples=len(examples), configs=len(configs),
         run=stats, load_s=load_s, total_s=time.perf_counter() - t0,
-        plots=paths, skipped=skipped))
+        plots=paths, skipped=skipped,
+        auto_tune_s=0.0 if tuned is None else sum(
+            s for o, s in tuned.tune_s.items() if o not in tuned.reused)))
     print_fn(f"[{name}] {stats.written} rows measured, {stats.skipped} "
              f"resumed (padded width {stats.pad_width}); {stats.warmups} "
              f"programs compiled in {stats.warmup_s:.0f} s, decoding "
@@ -253,19 +276,22 @@ def run_main_job(out_dir: str, pairs: Sequence[str] | None = None,
   timings = dict(started=started, total_s=time.perf_counter() - job_start,
                  pairs=[dict(name=o.name, num_examples=o.num_examples,
                              configs=o.configs, load_s=o.load_s,
-                             total_s=o.total_s,
+                             total_s=o.total_s, auto_tune_s=o.auto_tune_s,
                              **dataclasses.asdict(o.run))
                         for o in outcomes])
   runs = _append_timings(os.path.join(out_dir, "timings.jsonl"), timings)
   js, md = report.write_summary(out_dir, all_aggs, summaries,
-                                extra=dict(timings=runs))
+                                extra=dict(timings=runs, auto=autos))
   print_fn("\n" + report.results_table(all_aggs))
   print_fn(report.summary_table(summaries))
+  if autos:
+    auto_rows.append_to_summary(md, autos)
+    print_fn(auto_rows.rows_table(autos))
   print_fn(f"wrote {results_path}, {js}, {md}, "
            + ", ".join(plot_paths) + f" in {timings['total_s']:.0f} s")
   return dict(aggregates=all_aggs, summary=summaries, outcomes=outcomes,
               paths=dict(results=results_path, summary_json=js,
-                         summary_md=md, plots=plot_paths))
+                         summary_md=md, plots=plot_paths), auto=autos)
 
 
 def _append_timings(path: str, timings: dict) -> list[dict]:
@@ -332,6 +358,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                   help="persistent JAX compilation cache (default: "
                   "<out_dir>/jax_cache; '' disables it)")
   ap.add_argument("--no_progress", action="store_true")
+  auto_rows.add_flags(ap)
   args = ap.parse_args(argv)
   if args.num_examples < 1:
     ap.error(f"--num_examples must be >= 1, got {args.num_examples}")
@@ -365,7 +392,8 @@ def main(argv: Sequence[str] | None = None) -> None:
       max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
       seed=args.seed, split=args.split, dtype=args.dtype, assets=args.assets,
       repeats=args.repeats,
-      progress=not args.no_progress)
+      progress=not args.no_progress, auto=not args.no_auto,
+      auto_settings=auto_rows.settings_of(args))
 
 
 if __name__ == "__main__":

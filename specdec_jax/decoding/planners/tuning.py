@@ -183,7 +183,7 @@ def tune(models: Sequence, params: Sequence, prompts=None, *, inputs=None,
          quality_floor: float | None = None, temperature: float = 0.0,
          gammas: Sequence[int] = range(1, 9), trees: Sequence = TREES,
          stacks: Sequence = STACKS, cascades: Sequence = CASCADES,
-         new_tokens: int = 16, repeats: int = 3, prune: int | None = 3,
+         cascade_gamma: int = 4, new_tokens: int = 16, repeats: int = 3, prune: int | None = 3,
          price: bool = True, margin: float = 1.02, confirm: int = 2,
          quality_fn: Callable | None = None, measurer=None, seed: int = 0,
          progress: Callable[[str], None] | None = None) -> AutoTable:
@@ -199,7 +199,8 @@ def tune(models: Sequence, params: Sequence, prompts=None, *, inputs=None,
       quality_floor); see the module docstring.
     temperature: sampling of the decodes timed (0: greedy).
     gammas, trees, stacks: the lossless candidates; cascades: ((method,
-      alphas), ...) lossy ones (objective 'quality' only).
+      alphas), ...) lossy ones (objective 'quality' only), each on
+      Chain(cascade_gamma).
     new_tokens, repeats: calibration decode length and timed repeats.
     prune: with ``price``, decode only this many chains (the best
       predicted); None: every gamma.
@@ -225,7 +226,8 @@ def tune(models: Sequence, params: Sequence, prompts=None, *, inputs=None,
   if len(models) != len(params):
     raise ValueError(f"{len(models)} models but {len(params)} parameter sets")
   cands = candidates(len(models), gammas=gammas, trees=trees, stacks=stacks,
-                     cascades=cascades if objective == "quality" else ())
+                     cascades=cascades if objective == "quality" else (),
+                     cascade_gamma=cascade_gamma)
   if len(cands) < 2:
     raise ValueError("the candidate list is empty: give tune at least one "
                      "gamma, tree or stack")

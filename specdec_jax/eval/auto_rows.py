@@ -1,0 +1,379 @@
+"""The main job's ``auto`` rows: tune each pair, run what auto chose.
+
+Before a pair's sweep, ``planners.tune`` measures a small candidate set on a
+few examples of the pair's VALIDATION split (never the test split the sweep
+measures; a pair without one: the first examples of its train split, said
+so) at the job's batch size, twice with one measurer (its compiled runners
+are shared):
+
+    auto                   objective 'latency': the fastest LOSSLESS choice
+                           (target-only, SpecDecode on a chain / tree / the
+                           pair's 3-level stack)
+    auto (quality budget)  objective 'quality', latency_budget (default 0.8:
+                           at most 80% of target-only's seconds per token):
+                           the best quality within it, cascades included
+
+Each choice (a ``planners.auto.Candidate``) becomes a ``harness.RunConfig``
+(:func:`to_run_config`) added to the pair's configs -- no extra decode when
+the grid has it already -- so the rows report what the SWEEP measured on
+the test split: latency relative to target-only and quality. Each pair's
+tables are written to ``auto_<pair>_<objective>.gin`` in the job's
+directory (the AutoTable gin format, ``specdec_jax decode
+--gin.run.tune_file=`` reads them) and a resumed job reuses them (no
+re-tune).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import time
+from typing import Callable, Mapping, Sequence
+
+from specdec_jax import decoding
+from specdec_jax.decoding import planners
+from specdec_jax.decoding.planners import auto as auto_lib
+from specdec_jax.decoding.planners.tune_measure import DecodeMeasurer
+from specdec_jax.eval import drafts, harness
+
+LABELS = {"latency": "auto", "quality": "auto (quality budget)"}
+_TUNED = re.compile(r"tuned in ([0-9.]+) s")
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoSettings:
+  """How the main job tunes its auto rows (small, to keep the job's budget).
+
+  Attributes:
+    latency_budget: the quality row's most seconds per token relative to
+      target-only (0.8: at least 1.25x its tokens/s).
+    num_examples: calibration examples of the dev split.
+    split: the split they come from ('train' when a pair has no such split).
+    gammas: chain gammas (priced by the CostModel; the ``prune`` best
+      predicted are decoded).
+    trees: (k, depth) full k-ary trees.
+    cascade: the quality row's lossy method (on a chain of the job's gamma;
+      its alphas: the grid's, else ``alphas``).
+    alphas: its alphas when the job's grid has none.
+    new_tokens, repeats, prune: ``planners.tune``'s.
+  """
+
+  latency_budget: float = 0.8
+  num_examples: int = 4
+  split: str = "validation"
+  gammas: tuple[int, ...] = (2, 3, 4, 5, 6)
+  trees: tuple[tuple[int, int], ...] = ((2, 2), (2, 3))
+  cascade: str = "token_v3"
+  alphas: tuple[float, ...] = (0.2, 0.5, 0.8)
+  new_tokens: int = 16
+  repeats: int = 3
+  prune: int = 3
+
+  def __post_init__(self):
+    auto_lib.check_objective("quality", self.latency_budget, None)
+    if self.num_examples < 1:
+      raise ValueError(f"auto num_examples must be >= 1, got "
+                       f"{self.num_examples}")
+
+
+def tree_spec(tree: decoding.Tree) -> str:
+  """The harness tree spec of a ``decoding.Tree`` ('kary:2,3', 'chain:4',
+  + '/iid' or '/top_k'); ValueError for other shapes."""
+  topo = tree.topology
+  k, d = sum(p == -1 for p in topo.parents), topo.max_depth
+  if decoding.Topology.kary(k, d).parents == tuple(topo.parents):
+    spec = f"kary:{k},{d}" if k > 1 else f"chain:{d}"
+  else:
+    raise ValueError(f"the harness runs k-ary and chain trees only, got a "
+                     f"{topo.num_nodes}-node tree of depth {d}; tune with "
+                     f"(k, depth) trees")
+  return drafts.canonical_tree(
+      spec if tree.proposal == "without_replacement"
+      else f"{spec}/{tree.proposal}")
+
+
+def to_run_config(cand: auto_lib.Candidate, num_levels: int, **fields
+                  ) -> harness.RunConfig:
+  """The sweep config of a tuned candidate.
+
+  Args:
+    cand: what tune chose (levels index the pair's ``drafts.pair_levels``).
+    num_levels: levels the pair has (2, or 3 with a medium model).
+    **fields: RunConfig's temperature, top_p, max_new_tokens, batch_size,
+      seed.
+
+  Returns:
+    target-only -> ``RunConfig('target_only')``; a chain -> its gamma; a
+    k-ary tree -> ``tree='kary:k,d'``; a stack -> ``hierarchy=buffers``; a
+    cascade -> its method and knobs on its chain.
+  """
+  if cand.method == "target_only":
+    return harness.RunConfig("target_only", **fields)
+  s, top = cand.structure, num_levels - 1
+  if isinstance(s, decoding.Stack):
+    if tuple(cand.levels) != tuple(range(num_levels)):
+      raise ValueError(f"{cand.label}: the harness runs a hierarchy over "
+                       f"all {num_levels} levels of the pair, got levels "
+                       f"{list(cand.levels)}")
+    return harness.RunConfig(cand.method, cand.knobs,
+                             hierarchy=tuple(s.buffers), **fields)
+  if tuple(cand.levels) != (0, top):
+    raise ValueError(f"{cand.label}: the harness drafts with the pair's "
+                     f"drafter (level 0) for its verifier (level {top}), "
+                     f"got levels {list(cand.levels)}")
+  if isinstance(s, decoding.Tree):
+    return harness.RunConfig(cand.method, cand.knobs, tree=tree_spec(s),
+                             **fields)
+  return harness.RunConfig(cand.method, cand.knobs, gamma=s.gamma, **fields)
+
+
+def describe(cfg: harness.RunConfig) -> str:
+  """'SpecDecode gamma=4', 'SpecCascade [TokenV3] gamma=5 alpha=0.5'."""
+  parts = [cfg.label] + ([f"gamma={cfg.gamma}"] if cfg.gamma else [])
+  return " ".join(parts + ([cfg.knob_str] if cfg.knobs else []))
+
+
+@dataclasses.dataclass(frozen=True)
+class PairTune:
+  """A pair's auto tables and the configs they resolve to.
+
+  Attributes:
+    pair: the pair's name.
+    tables: {objective: AutoTable}.
+    configs: {row label: RunConfig} ('auto', 'auto (quality budget)').
+    tune_s: {objective: seconds tuning took (when it was tuned)}.
+    reused: objectives read back from out_dir (a resumed job).
+    split: the split the calibration examples came from.
+    paths: {objective: the table's gin file}.
+  """
+
+  pair: str
+  tables: Mapping[str, auto_lib.AutoTable]
+  configs: Mapping[str, harness.RunConfig]
+  tune_s: Mapping[str, float]
+  reused: tuple[str, ...]
+  split: str
+  paths: Mapping[str, str]
+
+
+def table_path(out_dir: str, pair: str, objective: str) -> str:
+  return os.path.join(out_dir, f"auto_{pair}_{objective}.gin")
+
+
+def _reusable(path: str, batch: int, temperature: float):
+  """(table, tune seconds) of a file a resumed job can reuse, else None."""
+  if not os.path.exists(path):
+    return None
+  table = auto_lib.load(path)
+  if table.temperature != temperature or batch not in table.batches:
+    return None
+  with open(path) as f:
+    m = _TUNED.search(f.read())
+  return table, float(m.group(1)) if m else 0.0
+
+
+def calibration_examples(load_examples: Callable, name: str,
+                         settings: AutoSettings, say: Callable[[str], None]
+                         ) -> tuple[list, str]:
+  """(examples, split): ``num_examples`` spread over the dev split, or the
+  first ones of the train split when the pair has no dev split."""
+  n = settings.num_examples
+  try:
+    pool = list(load_examples(name, settings.split))
+  except (ValueError, KeyError, FileNotFoundError):
+    pool = []
+  if pool:
+    pick = [pool[i * len(pool) // n] for i in range(min(n, len(pool)))]
+    return pick, settings.split
+  say(f"[{name}] auto: no {settings.split} split; tuning on the first {n} "
+      f"train examples")
+  pool = list(load_examples(name, "train"))[:n]
+  if not pool:
+    raise ValueError(f"{name}: no {settings.split} or train examples to tune "
+                     f"the auto rows on; pass auto=False (--no_auto)")
+  return pool, "train"
+
+
+def _measurer(pair, examples, settings: AutoSettings, temperature: float,
+              seed: int) -> DecodeMeasurer:
+  """One DecodeMeasurer for both objectives (compiled runners shared)."""
+  encoded, _ = harness.encode_examples(pair, examples)
+  enc = "inputs" in encoded[0]
+  rows = [e["inputs" if enc else "prompts"] for e in encoded]
+  levels = drafts.pair_levels(pair)
+  return DecodeMeasurer([m for m, _ in levels], [p for _, p in levels], rows,
+                        enc, settings.new_tokens,
+                        decoding.Temperature(temperature), settings.repeats,
+                        seed=seed)
+
+
+def tune_pair(pair, load_examples: Callable, out_dir: str,
+              settings: AutoSettings, *, temperature: float, top_p: float,
+              gamma: int, max_new_tokens: int | None, batch_size: int,
+              seed: int, stack: Sequence[int] | None,
+              alphas: Sequence[float] | None, measurer=None,
+              say: Callable[[str], None] = print) -> PairTune:
+  """Tunes (or reads back) both auto tables of ``pair``; see the module doc.
+
+  Args:
+    pair: the pair (``drafts.pair_levels`` gives its models).
+    load_examples: ``(name, split) -> examples``.
+    out_dir: where the tables are written / read back.
+    settings: candidate set and calibration size.
+    temperature, top_p, gamma, max_new_tokens, batch_size, seed: the
+      job's (its first value where it sweeps several); gamma is the
+      cascade's chain.
+    stack: the 3-level hierarchy's buffers (the job's 'hsd' row), or None.
+    alphas: the cascade's alphas (None: ``settings.alphas``).
+    measurer: ``measure(candidates, batch)`` (tests inject one); default: a
+      DecodeMeasurer on the calibration examples.
+  """
+  levels = len(drafts.pair_levels(pair))
+  paths = {o: table_path(out_dir, pair.name, o) for o in LABELS}
+  tables, tune_s, reused = {}, {}, []
+  for objective, path in paths.items():
+    got = _reusable(path, batch_size, float(temperature))
+    if got:
+      tables[objective], tune_s[objective] = got
+      reused.append(objective)
+  split = settings.split
+  todo = [o for o in LABELS if o not in tables]
+  if todo and measurer is None:
+    examples, split = calibration_examples(load_examples, pair.name,
+                                           settings, say)
+    measurer = _measurer(pair, examples, settings, float(temperature), seed)
+  for objective in todo:
+    t0 = time.perf_counter()
+    tables[objective] = planners.tune(
+        [None] * levels, [None] * levels, batch_sizes=(batch_size,),
+        objective=objective, temperature=float(temperature),
+        latency_budget=(settings.latency_budget if objective == "quality"
+                        else None),
+        gammas=settings.gammas, trees=settings.trees,
+        stacks=(tuple(stack),) if stack else (),
+        cascades=((settings.cascade, tuple(alphas or settings.alphas)),),
+        cascade_gamma=int(gamma), new_tokens=settings.new_tokens,
+        repeats=settings.repeats, prune=settings.prune, measurer=measurer,
+        seed=seed, progress=lambda s, o=objective: say(
+            f"[{pair.name}] auto ({o}): {s}"))
+    tune_s[objective] = time.perf_counter() - t0
+    tables[objective].save(path, note=(
+        f"main job {LABELS[objective]!r} row of {pair.name}: tuned in "
+        f"{tune_s[objective]:.1f} s on {settings.num_examples} {split} "
+        f"examples (a resumed job reuses this file)"))
+  fields = dict(temperature=temperature, top_p=top_p,
+                max_new_tokens=max_new_tokens, batch_size=batch_size,
+                seed=seed)
+  configs = {LABELS[o]: to_run_config(
+      tables[o].row_for(batch_size).choice.candidate, levels, **fields)
+             for o in LABELS}
+  return PairTune(pair.name, tables, configs, tune_s, tuple(reused), split,
+                  paths)
+
+
+def _first(x):
+  return x[0] if isinstance(x, (list, tuple)) else x
+
+
+def tune_for_job(pair, load_examples: Callable, out_dir: str,
+                 settings: AutoSettings, grid: Mapping, draft_rows: Mapping,
+                 measurer, say: Callable[[str], None], **sweep) -> PairTune:
+  """The pair's auto tables (tuned, or read back from out_dir) at the
+  job's first temperature / top-p / gamma; the stack is the 'hsd' row's
+  buffers on a 3-level pair, the cascade alphas the grid's."""
+  hsd = draft_rows.get("hsd", (None, {}))[1].get("hierarchy")
+  stack = hsd if hsd and not drafts.unsupported(pair, tuple(hsd)) else None
+  alphas = dict(grid).get(settings.cascade, {}).get("alpha")
+  t0 = time.perf_counter()
+  tuned = tune_pair(
+      pair, load_examples, out_dir, settings,
+      **{k: _first(v) for k, v in sweep.items()}, stack=stack,
+      alphas=alphas, measurer=measurer, say=say)
+  for label, cfg in tuned.configs.items():
+    say(f"[{pair.name}] {label} -> {describe(cfg)}")
+  how = ("reused" if len(tuned.reused) == len(LABELS)
+         else f"tuned on {tuned.split} examples")
+  say(f"[{pair.name}] auto tables {how} in {time.perf_counter() - t0:.1f} s")
+  return tuned
+
+
+def add_flags(ap) -> None:
+  """The main job's auto flags (argparse)."""
+  ap.add_argument("--no_auto", action="store_true",
+                  help="leave out the 'auto' and 'auto (quality budget)' "
+                  "rows (saves each pair's short tune on the dev split; "
+                  "docs/evaluation.md gives its cost)")
+  ap.add_argument("--auto_latency_budget", type=float,
+                  default=AutoSettings.latency_budget,
+                  help="the 'auto (quality budget)' row's most seconds per "
+                  "token relative to target-only")
+
+
+def settings_of(args) -> AutoSettings:
+  """AutoSettings of :func:`add_flags`' parsed flags."""
+  return AutoSettings(latency_budget=args.auto_latency_budget)
+
+
+def report_rows(tuned: PairTune, aggs: Sequence) -> list[dict]:
+  """The pair's two auto rows, from the sweep's aggregates (test split).
+
+  Args:
+    tuned: :func:`tune_pair`'s result.
+    aggs: the pair's ``report.Aggregate`` values (the auto configs among
+      them).
+
+  Returns:
+    [{'pair', 'label', 'objective', 'resolved', 'config_key',
+    'relative_latency', 'speedup', 'quality', 'metric', 'tune_ratio',
+    'tune_quality', 'tune_s', 'reused', 'table'}] in LABELS order.
+  """
+  by_config = {a.config: a for a in aggs if a.pair == tuned.pair}
+  out = []
+  for objective, label in LABELS.items():
+    cfg = tuned.configs[label]
+    agg = by_config.get(cfg)
+    table = tuned.tables[objective]
+    choice = table.row_for(cfg.batch_size).choice
+    rel = None if agg is None else agg.relative_latency
+    out.append(dict(
+        pair=tuned.pair, label=label, objective=objective,
+        latency_budget=table.latency_budget, resolved=describe(cfg),
+        choice=choice.candidate.label, config_key=cfg.key,
+        relative_latency=rel, speedup=None if not rel else 1.0 / rel,
+        quality=None if agg is None else agg.score,
+        metric=None if agg is None else agg.metric,
+        tune_ratio=float(choice.ratio), tune_quality=choice.quality,
+        tune_s=float(tuned.tune_s.get(objective, 0.0)),
+        reused=objective in tuned.reused, table=tuned.paths[objective]))
+  return out
+
+
+def _f(x, fmt="{:.2f}") -> str:
+  return "-" if x is None else fmt.format(x)
+
+
+def rows_table(rows: Sequence[Mapping]) -> str:
+  """Markdown: one line per auto row (what it resolved to, its measured
+  latency and quality on the sweep's split, the tune's own numbers)."""
+  lines = ["| pair | row | resolved to | rel. latency | speedup | quality "
+           "| tune: x target-only | tune s |",
+           "|---|---|---|---|---|---|---|---|"]
+  for r in rows:
+    q = "-" if r["quality"] is None else f"{r['quality']:.2f} {r['metric']}"
+    tuned = f"{r['tune_s']:.1f}" + (" (reused)" if r["reused"] else "")
+    lines.append(f"| {r['pair']} | {r['label']} | {r['resolved']} | "
+                 f"{_f(r['relative_latency'])} | "
+                 f"{_f(r['speedup'], '{:.2f}x')} | {q} | "
+                 f"{r['tune_ratio']:.2f}x | {tuned} |")
+  return "\n".join(lines) + "\n"
+
+
+def append_to_summary(md_path: str, rows: Sequence[Mapping]) -> None:
+  """Adds the auto rows' section to summary.md."""
+  with open(md_path, "a", encoding="utf-8") as f:
+    f.write("\n\n## auto rows\n\n`auto`: the fastest lossless strategy "
+            "tuned on the dev split; `auto (quality budget)`: the best "
+            "quality within the latency budget. Rel. latency and quality: "
+            "the sweep's measured rows of the config each resolved to.\n\n"
+            + rows_table(rows))
