@@ -56,7 +56,7 @@ class AutoSettings:
     cascade: the quality row's lossy method (on a chain of the job's gamma;
       its alphas: the grid's, else ``alphas``).
     alphas: its alphas when the job's grid has none.
-    new_tokens, repeats, prune: ``planners.tune``'s.
+    new_tokens, repeats, prune, price: ``planners.tune``'s.
   """
 
   latency_budget: float = 0.8
@@ -69,6 +69,7 @@ class AutoSettings:
   new_tokens: int = 16
   repeats: int = 3
   prune: int = 3
+  price: bool = True
 
   def __post_init__(self):
     auto_lib.check_objective("quality", self.latency_budget, None)
@@ -254,11 +255,12 @@ def tune_pair(pair, load_examples: Callable, out_dir: str,
         stacks=(tuple(stack),) if stack else (),
         cascades=((settings.cascade, tuple(alphas or settings.alphas)),),
         cascade_gamma=int(gamma), new_tokens=settings.new_tokens,
-        repeats=settings.repeats, prune=settings.prune, measurer=measurer,
+        repeats=settings.repeats, prune=settings.prune,
+        price=settings.price, measurer=measurer,
         seed=seed, progress=lambda s, o=objective: say(
             f"[{pair.name}] auto ({o}): {s}"))
     tune_s[objective] = time.perf_counter() - t0
-    tables[objective].save(path, note=(
+    tables[objective].save(paths[objective], note=(
         f"main job {LABELS[objective]!r} row of {pair.name}: tuned in "
         f"{tune_s[objective]:.1f} s on {settings.num_examples} {split} "
         f"examples (a resumed job reuses this file)"))

@@ -39,7 +39,8 @@ def test_main_job_on_stand_in_pairs_and_resume(stand_ins, tmp_path):
             grid=SMALL_GRID, gamma=3, progress=False,
             load_pair=lambda name, dtype: stand_ins[name],
             load_examples=lambda name, split: th.stand_in_examples(6),
-            print_fn=printed.append)
+            print_fn=printed.append,
+            auto=False)  # the auto rows: tests/eval/test_auto_rows.py
   out = main_job.run_main_job(str(tmp_path), **kw)
   rows = harness.load_rows(str(tmp_path / "results.jsonl"))
   # tiny_a: 7 configs (5 on the chain, HSD, tree); tiny_b has no medium
@@ -140,7 +141,8 @@ def test_main_job_takes_its_examples_whatever_their_width(stand_ins,
       str(tmp_path), pairs=("tiny_gemma",), num_examples=4,
       grid={"target_only": {}, "spec_decode": {}}, gamma=2, progress=False,
       load_pair=lambda name, dtype: pair,
-      load_examples=lambda name, split: pool, print_fn=lambda s: None)
+      load_examples=lambda name, split: pool, print_fn=lambda s: None,
+      auto=False)
   rows = harness.load_rows(str(tmp_path / "results.jsonl"))
   assert sorted({r["example_id"] for r in rows}) == ["l0", "l1", "s0", "s1"]
   (outcome,) = out["outcomes"]
@@ -207,6 +209,10 @@ def test_command_line_maps_flags(monkeypatch, tmp_path):
   assert (got["num_examples"], got["repeats"]) == (4, 2)
   assert "prompt_widths" not in got
   assert got["cache"] == str(tmp_path / "jax_cache")
+  assert got["auto"] and got["auto_settings"].latency_budget == 0.8
+  main_job.main(["--out_dir", str(tmp_path), "--no_auto",
+                 "--auto_latency_budget", "0.5"])
+  assert not got["auto"] and got["auto_settings"].latency_budget == 0.5
   with pytest.raises(SystemExit, match="not in the grid"):
     main_job.main(["--out_dir", str(tmp_path), "--methods", "nope"])
   with pytest.raises(SystemExit, match="--hsd_buffers: write comma-separated"
@@ -242,7 +248,7 @@ def test_main_job_on_the_real_default_pairs(tmp_path):
       str(tmp_path), num_examples=2, progress=False, assets=ASSETS,
       grid={"target_only": {}, "spec_decode": {},
             "token_v3": {"alpha": [0.5]}, "hsd": {}},
-      print_fn=printed.append)
+      print_fn=printed.append, auto=False)
   rows = harness.load_rows(str(tmp_path / "results.jsonl"))
   # HSD runs on the families that have a medium model (all three sizes);
   # the others say why it is left out. (The tree row is covered on the
