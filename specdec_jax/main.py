@@ -54,6 +54,9 @@ _MODE = flags.DEFINE_enum("mode", None, list(MODES),
 _NUM_EXAMPLES = flags.DEFINE_integer(
     "num_examples", None, "modes main / eval / bench: examples per pair or "
     "dataset (overrides NUM_EXAMPLES).", lower_bound=1)
+_NO_AUTO = flags.DEFINE_bool(
+    "no_auto", False, "mode main: no 'auto' / 'auto (quality budget)' rows "
+    "(skips the short tune before each pair's sweep; sets AUTO = False).")
 _VERIFY = flags.DEFINE_multi_string(
     "verify", [], "check a checkpoint (any format) and exit: per-tensor "
     "checksums (when it has checksums.json), NaN/inf and statistics; "
@@ -237,11 +240,13 @@ def parse_gin(files: Sequence[str], bindings: Sequence[str],
 
 
 def _flag_bindings() -> list[str]:
-  """gin bindings of the convenience flags (--num_examples)."""
+  """gin bindings of the convenience flags (--num_examples, --no_auto)."""
+  out = ["main_job_spec.auto = False"] if _NO_AUTO.value else []
   if _NUM_EXAMPLES.value is None:
-    return []
+    return out
   n = int(_NUM_EXAMPLES.value)
-  return [f"main_job_spec.num_examples = {n}", f"eval_spec.num_examples = {n}"]
+  return out + [f"main_job_spec.num_examples = {n}",
+                f"eval_spec.num_examples = {n}"]
 
 
 def verify_checkpoints(paths: Sequence[str]) -> int:

@@ -142,12 +142,18 @@ def _load_sweep(spec: str):
 
 @gin.configurable
 def main_job_spec(output_dir: str = "results/main_job", pairs=None,
-                  num_examples: int | None = None):
+                  num_examples: int | None = None, auto: bool = True,
+                  auto_latency_budget: float = 0.8):
   """Mode 'main': every method on the built-in default pairs (the README's
-  first command); see specdec_jax/eval/main_job.py."""
-  from specdec_jax.eval import main_job  # pylint: disable=g-import-not-at-top
+  first command); see specdec_jax/eval/main_job.py. ``auto``: the 'auto'
+  and 'auto (quality budget)' rows per pair (a short tune on the dev split
+  first, eval/auto_rows.py), the latter within ``auto_latency_budget``."""
+  from specdec_jax.eval import auto_rows, main_job  # pylint: disable=g-import-not-at-top
   kw = {} if num_examples is None else {"num_examples": num_examples}
-  return main_job.run_main_job(output_dir, pairs=pairs, **kw)
+  return main_job.run_main_job(
+      output_dir, pairs=pairs, auto=bool(auto),
+      auto_settings=auto_rows.AutoSettings(
+          latency_budget=auto_latency_budget), **kw)
 
 
 @gin.configurable

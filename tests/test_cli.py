@@ -156,6 +156,12 @@ def test_num_examples_flag_reaches_main_job_and_eval(capsys, monkeypatch):
                       seen.update(main=kw.get("num_examples")))
   code, _, err = _cli_here(capsys, "main", "--num_examples=3")
   assert code == 0 and seen == {"main": 3}, err
+  monkeypatch.setattr(main_job, "run_main_job", lambda out, pairs=None, **kw:
+                      seen.update(auto=kw["auto"]))
+  code, _, err = _cli_here(capsys, "main", "--no_auto")
+  assert code == 0 and seen["auto"] is False, err
+  code, _, err = _cli_here(capsys, "main")
+  assert code == 0 and seen["auto"] is True, err
   monkeypatch.setattr(runs, "load_pair", lambda *a: type(
       "P", (), {"verifier": tiny("gemma_tiny")[0]})())
   monkeypatch.setattr(runs, "load_examples", lambda *a, **k: seen.update(
