@@ -14,6 +14,7 @@ SpecDecode on a token tree ('tree': ``TREE_SPEC``); greedy decoding
     summary.json, summary.md      aggregates + the paper's two summary numbers
     timings.jsonl                 compile / decode seconds of every invocation
     quality_vs_latency_<pair>.png Figure-4-style plot per pair
+    auto_<pair>_<objective>.gin   the auto rows' tune tables (auto_rows.py)
 
 and prints the results and summary tables. Rerunning with the same
 ``out_dir`` resumes (rows already measured are skipped).
@@ -195,11 +196,9 @@ def run_main_job(out_dir: str, pairs: Sequence[str] | None = None,
     load_examples: ``(name, split) -> examples`` (default:
       default_models.examples).
     print_fn: where the tables go.
-    auto: add the 'auto' and 'auto (quality budget)' rows per pair
-      (``auto_rows.py``: a short tune on the dev split before the sweep,
-      tables kept in out_dir and reused on resume).
-    auto_settings: their candidate set, budget, calibration size.
-    auto_measurer: injected measurements for both tunes (tests).
+    auto: add the 'auto' / 'auto (quality budget)' rows per pair (a short
+      tune on the dev split first; ``auto_rows.py``).
+    auto_settings, auto_measurer: their settings; injected measurements.
 
   Returns:
     {'aggregates', 'summary', 'outcomes', 'paths', 'auto'} ('auto': the
