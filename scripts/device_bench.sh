@@ -24,9 +24,9 @@ mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 PY=${PYTHON:-python3}
-PAIR=random-gemma1b PAIR2=random-gemma2b NEW=64 REP=3 LIM=150
+PAIR=random-gemma1b PAIR2=random-gemma2b NEW=64 SHORT=16 REP=3 LIM=150
 if [ "${SMOKE:-0}" = 1 ]; then  # CPU plumbing check on the 37.8M pair
-  PAIR=random-gemma PAIR2=random-gemma NEW=8 REP=1 LIM=900
+  PAIR=random-gemma PAIR2=random-gemma NEW=8 SHORT=2 REP=1 LIM=900
 fi
 REPORT=$OUT/device_bench.md
 {
@@ -61,7 +61,8 @@ step bench_decode $LIM $PY scripts/bench_decode.py --pair $PAIR \
   --num_prompts 8 --repeats $REP --out "$W/bench_decode"
 step overhead $LIM $PY scripts/bench_overhead.py --pairs $PAIR \
   --structures target,drafter,chain3,chain5,tree2x3 --batches 1,8 \
-  --temperatures 0 --new_tokens $NEW --repeats $REP --out "$W/overhead"
+  --temperatures 0 --new_tokens $NEW --short_tokens $SHORT --repeats $REP \
+  --out "$W/overhead"
 step bench_auto $LIM $PY scripts/bench_auto.py --pairs $PAIR --batches 1,8 \
   --temperatures 0 --gammas 2,3,4,5,6 --calib_prompts 4 --num_prompts 8 \
   --new_tokens 32 --repeats $REP --no_hierarchy --out "$W/bench_auto"
