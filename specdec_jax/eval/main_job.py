@@ -32,9 +32,10 @@ longest of them, see ``harness.encode_examples``), so every method compiles
 once per pair.
 
 Budget: the default grid and ``DEFAULT_NUM_EXAMPLES`` are sized so that the
-whole job (install included) takes <= 15 minutes on a fresh 2-core CPU
-machine; compilation (one program per method and pair) is a large part of
-it. See docs/evaluation.md for measured times.
+sweep takes about 6-10 minutes on a fresh 2-core CPU machine (compilation,
+one program per method and pair, is a large part of it); the auto rows'
+tune adds about 2-2.5 minutes per pair (``--no_auto`` skips it). See
+docs/evaluation.md for measured times.
 """
 
 from __future__ import annotations
