@@ -63,6 +63,17 @@ def _err(pred, meas):
   return None if meas is None else pred / meas - 1
 
 
+def _per_pair(priced: list[dict], pair: str) -> str:
+  rows = [r for r in priced if r["pair"] == pair]
+  cal = sum(abs(_err(r["predicted_tps"], r["calibration_tps"])) <= 0.10
+            for r in rows)
+  held = [r for r in rows if r["heldout_tps"] is not None]
+  ok = sum(abs(_err(r["predicted_tps"], r["heldout_tps"])) <= 0.10
+           for r in held)
+  return (f"- {pair}: {cal}/{len(rows)} (calibration), {ok}/{len(held)} "
+          f"(held-out)")
+
+
 def report(rows: list[dict], command: str) -> str:
   """The markdown table and the counts of cells within 10%."""
   priced = [r for r in rows if not r["fitted"]]
@@ -76,6 +87,8 @@ def report(rows: list[dict], command: str) -> str:
       f"Within 10%: **{sum(cal)}/{len(cal)}** priced candidates against "
       f"the calibration measurement, **{sum(held)}/{len(held)}** against "
       f"the held-out re-timing (the issue's goal: >= 90% of cells).\n",
+      *[_per_pair(priced, name) for name in dict.fromkeys(
+          r["pair"] for r in priced)], "",
       "| pair | batch | T | strategy | predicted tok/s | calibration "
       "tok/s | error | held-out tok/s | error |",
       "|---|---|---|---|---|---|---|---|---|"]
