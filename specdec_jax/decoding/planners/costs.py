@@ -12,9 +12,10 @@ A :class:`CostModel` holds measured quantities only:
 
 It prices a strategy as seconds per emitted token from acceptance
 statistics (pairwise alpha for chains, per-rank acceptance for trees), and
-gives the planners their inputs in their own types (``tree_costs`` for
-``plan_tree``, ``call_costs`` for the hierarchy planner), so every planner
-prices calls with the same numbers.
+gives the planners their inputs (``tree_costs`` for ``plan_tree``; the
+hierarchy planner takes the CostModel itself as its c_i(w):
+``hierarchy_calibration.CallCosts`` is this class), so every planner prices
+calls with the same numbers.
 
 Worked example (the test runs it): a target step of 1.0 ms, a 4-token
 target block of 1.2 ms, a drafter step of 0.1 ms and 0.05 ms of chain
@@ -119,10 +120,19 @@ class CostModel:
     return Costs(self.widths, tuple(self.seconds[drafter]),
                  tuple(self.seconds[-1]), self.overhead("tree"), level_fed)
 
-  def call_costs(self):
-    """The hierarchy planner's ``CallCosts`` (every level)."""
-    from specdec_jax.decoding.planners.hierarchy_calibration import CallCosts  # pylint: disable=g-import-not-at-top
-    return CallCosts(self.widths, self.seconds, self.batch)
+  def __call__(self, level: int, width: int) -> float:
+    """``call(level, width)``: the hierarchy planner's c_i(w)."""
+    return self.call(level, width)
+
+  def select(self, order: Sequence[int]) -> "CostModel":
+    """The costs of models ``order`` (re-indexed 0..len(order)-1)."""
+    return dataclasses.replace(
+        self, seconds=tuple(self.seconds[i] for i in order))
+
+  def call_costs(self) -> "CostModel":
+    """The hierarchy planner's costs (``hierarchy_calibration.CallCosts``
+    is this class): the model itself."""
+    return self
 
 
 def parameter_free(model, params) -> bool:

@@ -25,7 +25,6 @@ verifier (``models.early_exit``) are candidates like any other model.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Sequence
 
 import jax
@@ -36,6 +35,7 @@ from specdec_jax import timing
 from specdec_jax.decoding import inputs as inputs_lib
 from specdec_jax.decoding.methods import TargetOnly
 from specdec_jax.decoding.api import decode
+from specdec_jax.decoding.planners.costs import CostModel
 from specdec_jax.decoding.rules import sampling as sampling_lib
 from specdec_jax.decoding.strategy import Strategy
 
@@ -123,30 +123,9 @@ def pairwise_alpha(levels: Sequence, prompts=None, *, inputs=None,
   return out
 
 
-@dataclasses.dataclass(frozen=True)
-class CallCosts:
-  """Measured seconds of one call of each model, by block width.
-
-  Attributes:
-    widths: measured block widths, ascending, starting at 1.
-    seconds: [n][len(widths)] seconds of one call of model i on a block of
-      widths[k] tokens (median over repeats).
-    batch: the batch size they were measured at.
-  """
-
-  widths: tuple[int, ...]
-  seconds: tuple[tuple[float, ...], ...]
-  batch: int = 1
-
-  def __call__(self, i: int, width: int) -> float:
-    """c_i(width), linearly interpolated between measured widths (clamped
-    beyond the widest)."""
-    return float(np.interp(width, self.widths, self.seconds[i]))
-
-  def select(self, order: Sequence[int]) -> "CallCosts":
-    """The costs of models ``order`` (re-indexed 0..len(order)-1)."""
-    return CallCosts(self.widths, tuple(self.seconds[i] for i in order),
-                     self.batch)
+# The hierarchy planner's call costs ARE the one cost model (costs.py): c_i(w)
+# is ``CostModel.__call__(i, w)``; the name stays for existing callers.
+CallCosts = CostModel
 
 
 def measure_call_costs(levels: Sequence, batch: int = 1,
@@ -175,7 +154,7 @@ def measure_call_costs(levels: Sequence, batch: int = 1,
     min_seconds: least duration of one timed loop.
 
   Returns:
-    CallCosts.
+    CostModel (``CallCosts``) of ``levels`` at ``batch``.
   """
   for name, x, lo in (("batch", batch, 1), ("iters", iters, 1),
                       ("repeats", repeats, 1), ("context", context, 1)):
@@ -195,7 +174,7 @@ def measure_call_costs(levels: Sequence, batch: int = 1,
   got = timing.medians(timers, repeats)
   med = np.array([[got[i, k] for k in range(len(widths))]
                   for i in range(len(levels))])
-  return CallCosts(widths, tuple(tuple(map(float, m)) for m in med), batch)
+  return CostModel(widths, tuple(tuple(map(float, m)) for m in med), batch)
 
 
 def planner_widths(max_buffer: int, max_depth: int) -> tuple[int, ...]:
