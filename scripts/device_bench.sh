@@ -21,7 +21,7 @@ set -u -o pipefail
 OUT=${OUT:-/tmp/device_bench}
 W=$(mktemp -d)  # logs and per-step .md (the device returns <= 8 files)
 mkdir -p "$OUT"
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 PY=${PYTHON:-python3}
 PAIR=random-gemma1b PAIR2=random-gemma2b NEW=64 SHORT=16 REP=3 LIM=150
@@ -36,7 +36,7 @@ REPORT=$OUT/device_bench.md
   echo
   echo '```'
   (nvidia-smi -L 2>/dev/null || echo "no nvidia-smi")
-  $PY -c "import jax, jaxlib; print('jax', jax.__version__, 'jaxlib', jaxlib.__version__, jax.devices())"
+  "$PY" -c "import jax, jaxlib; print('jax', jax.__version__, 'jaxlib', jaxlib.__version__, jax.devices())"
   echo '```'
 } > "$REPORT" 2>&1
 
@@ -56,19 +56,19 @@ step() {  # step NAME SECONDS CMD...: runs CMD, appends its .md or the error
   echo "$name: $((SECONDS - t0)) s" >> "$REPORT"
 }
 
-step bench_decode $LIM $PY scripts/bench_decode.py --pair $PAIR \
-  --gammas 3,5 --batches 1,8 --temperatures 0 --new_tokens $NEW \
-  --num_prompts 8 --repeats $REP --out "$W/bench_decode"
-step overhead $LIM $PY scripts/bench_overhead.py --pairs $PAIR \
+step bench_decode "$LIM" "$PY" scripts/bench_decode.py --pair "$PAIR" \
+  --gammas 3,5 --batches 1,8 --temperatures 0 --new_tokens "$NEW" \
+  --num_prompts 8 --repeats "$REP" --out "$W/bench_decode"
+step overhead "$LIM" "$PY" scripts/bench_overhead.py --pairs "$PAIR" \
   --structures target,drafter,chain3,chain5,tree2x3 --batches 1,8 \
-  --temperatures 0 --new_tokens $NEW --short_tokens $SHORT --repeats $REP \
+  --temperatures 0 --new_tokens "$NEW" --short_tokens "$SHORT" --repeats "$REP" \
   --out "$W/overhead"
-step bench_auto $LIM $PY scripts/bench_auto.py --pairs $PAIR --batches 1,8 \
+step bench_auto "$LIM" "$PY" scripts/bench_auto.py --pairs "$PAIR" --batches 1,8 \
   --temperatures 0 --gammas 2,3,4,5,6 --calib_prompts 4 --num_prompts 8 \
-  --new_tokens 32 --repeats $REP --no_hierarchy --out "$W/bench_auto"
+  --new_tokens 32 --repeats "$REP" --no_hierarchy --out "$W/bench_auto"
 if [ "${SMOKE:-0}" != 1 ]; then
-  step bench_decode_2b 90 $PY scripts/bench_decode.py --pair $PAIR2 \
-    --gammas 3 --batches 1 --temperatures 0 --new_tokens $NEW \
-    --num_prompts 4 --repeats $REP --out "$W/bench_decode_2b"
+  step bench_decode_2b 90 "$PY" scripts/bench_decode.py --pair "$PAIR2" \
+    --gammas 3 --batches 1 --temperatures 0 --new_tokens "$NEW" \
+    --num_prompts 4 --repeats "$REP" --out "$W/bench_decode_2b"
 fi
 echo "wrote $REPORT"
