@@ -184,10 +184,9 @@ def tune(models: Sequence, params: Sequence, prompts=None, *, inputs=None,
          gammas: Sequence[int] = range(1, 9), trees: Sequence = TREES,
          stacks: Sequence = STACKS, cascades: Sequence = CASCADES,
          cascade_gamma: int = 4, new_tokens: int = 16, repeats: int = 3,
-         prune: int | None = 3,
-         price: bool = True, margin: float = 1.02, confirm: int = 2,
-         quality_fn: Callable | None = None, measurer=None, seed: int = 0,
-         progress: Callable[[str], None] | None = None) -> AutoTable:
+         prune: int | None = 3, price: bool = True, margin: float = 1.02,
+         confirm: int = 2, quality_fn: Callable | None = None, measurer=None,
+         seed: int = 0, progress: Callable | None = None) -> AutoTable:
   """Chooses a strategy per batch size for ``models`` on this machine.
 
   Args:
