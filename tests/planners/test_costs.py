@@ -1,5 +1,7 @@
 """planners.costs: one cost model for chains, trees and hierarchies."""
 
+import dataclasses
+
 import jax
 import pytest
 
@@ -60,3 +62,56 @@ def test_plan_tree_takes_the_cost_model():
   a = planners.plan_tree(acc, cm, max_nodes=6, max_depth=3)
   b = planners.plan_tree(acc, cm.tree_costs(), max_nodes=6, max_depth=3)
   assert a == b
+
+
+def test_chain_decode_pays_the_fixed_part_once_per_call():
+  # Worked numbers: call_s = 5 ms, 16 tokens; the chain of the module
+  # docstring (1.55 ms per iteration, 2.952 tokens per iteration).
+  cm = costs_lib.CostModel((1, 4, 8), _model().seconds, 1,
+                           (("chain", 5e-5), ("autoregressive", 1e-4)),
+                           5e-3)
+  assert cm.chain_decode(0.8, 3, 16) == pytest.approx(
+      5e-3 + 16 / 2.952 * 1.55e-3)
+  assert cm.target_only_decode(16) == pytest.approx(5e-3 + 16 * 1.1e-3)
+
+
+class _FakeMeasurer:
+  """A machine with known costs: fixed 4 ms per call, target-only steps of
+  1.1 ms, 16 tokens per row, 2 calls per pass (4 rows, batch 2)."""
+
+  new = 16
+
+  def __init__(self):
+    self.stats = {}
+
+  def split_target(self, batch):
+    del batch
+    return 4e-3, 1.1e-3
+
+  def chunks(self, batch):
+    return 4 // batch
+
+
+def test_fit_chains_recovers_alpha_overhead_and_prices_every_gamma():
+  from specdec_jax.decoding.planners import tune_measure  # pylint: disable=g-import-not-at-top
+  from specdec_jax.decoding.planners.auto import Candidate, Measured  # pylint: disable=g-import-not-at-top
+  from specdec_jax.decoding.strategy import Chain  # pylint: disable=g-import-not-at-top
+  calls = costs_lib.CostModel((1, 4, 8), _model().seconds, 2)
+  alpha, g0, h, fixed, batch = 0.7, 3, 2e-4, 4e-3, 2
+  world = dataclasses.replace(calls, iteration_s=(("chain", h),),
+                              call_s=fixed)
+  iters = 16 / costs_lib.chain_tokens(alpha, g0)  # per call
+  anchor_c = Candidate("spec_decode", Chain(g0), (0, 1))
+  m = _FakeMeasurer()
+  m.stats[(anchor_c, batch)] = dict(tokens=4 * 16, iterations=iters * 2)
+  anchor_s = world.chain_decode(alpha, g0, 16)
+  anchor = Measured(anchor_c, batch * 16 / anchor_s,
+                    (4e-3 + 16 * 1.1e-3) / anchor_s)  # ratio to target-only
+  fit, a = tune_measure.fit_chains(m, anchor, batch, (1, 5), calls=calls)
+  assert a == pytest.approx(alpha, abs=1e-9)
+  assert fit.overhead("chain") == pytest.approx(h)
+  assert fit.call_s == fixed
+  assert fit.overhead("autoregressive") == pytest.approx(1.1e-3 - 1e-3)
+  for g in (1, 2, 5, 7):  # far from the anchor too: the fixed part is
+    assert fit.chain_decode(a, g, 16) == pytest.approx(  # not amortised
+        world.chain_decode(alpha, g, 16))  # over the anchor's iterations

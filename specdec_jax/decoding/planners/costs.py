@@ -8,7 +8,9 @@ A :class:`CostModel` holds measured quantities only:
 * ``iteration_s``: the loop's non-model seconds per iteration, by structure
   ('autoregressive', 'chain', 'tree', 'hierarchy'; ``scripts/
   bench_overhead.py`` measures them);
-* ``call_s``: fixed seconds per decode call (host prep, encode, prefill).
+* ``call_s``: fixed seconds per decode call (host prep, encode, prefill;
+  ``tune_measure.split_target`` measures it from target-only decodes of
+  two lengths).
 
 It prices a strategy as seconds per emitted token from acceptance
 statistics (pairwise alpha for chains, per-rank acceptance for trees), and
@@ -101,6 +103,21 @@ class CostModel:
     secs = (gamma * self.call(drafter, 1) + self.call(-1, gamma + 1) +
             self.overhead("chain"))
     return secs / chain_tokens(alpha, gamma)
+
+  def chain_decode(self, alpha: float, gamma: int, new_tokens: int,
+                   drafter: int = 0) -> float:
+    """Seconds of one decode call of ``new_tokens`` tokens per row with a
+    chain: ``call_s`` plus new_tokens / chain_tokens(alpha, gamma)
+    iterations, each gamma drafter steps, one target block of gamma + 1
+    and the chain's loop overhead. The fixed part is paid once per call,
+    so a longer chain (fewer iterations) does not amortise it any
+    differently than a shorter one."""
+    per_iter = self.chain(alpha, gamma, drafter) * chain_tokens(alpha, gamma)
+    return self.call_s + new_tokens / chain_tokens(alpha, gamma) * per_iter
+
+  def target_only_decode(self, new_tokens: int) -> float:
+    """Seconds of one target-only decode call of ``new_tokens`` tokens."""
+    return self.call_s + new_tokens * self.target_only()
 
   def best_gamma(self, alpha: float, gammas: Sequence[int] = range(1, 9),
                  drafter: int = 0) -> tuple[int | None, float]:

@@ -2,8 +2,10 @@
 
 ``DecodeMeasurer`` decodes the calibration rows with each candidate, back to
 back with target-only (compile excluded); ``predict_chains`` prices every
-chain gamma with the CostModel from the models' call costs and the loop
-overheads fitted to two measured runs; ``agreement`` is the default quality.
+chain gamma with the CostModel (``fit_chains``: the models' call costs, the
+fixed cost per decode call and target-only's loop overhead from target-only
+decodes of two lengths, the chain's loop overhead and alpha from one anchor
+chain); ``agreement`` is the default quality.
 """
 
 from __future__ import annotations
@@ -47,12 +49,15 @@ class DecodeMeasurer:
     self.quality_fn = quality_fn or agreement
     self.seed, self.min_seconds = seed, min_seconds
     self.width = max(len(r) for r in self.rows)
-    self._runs = {}
+    self._runs, self._split = {}, {}
     self.stats = {}
 
-  def runner(self, cand: Candidate, batch: int, greedy: bool = False):
-    """``run(seed) -> (seconds, tokens [N, T], verifier calls per chunk)``."""
-    key = (cand, batch, greedy)
+  def runner(self, cand: Candidate, batch: int, greedy: bool = False,
+             new_tokens: int | None = None):
+    """``run(seed) -> (seconds, tokens [N, T], verifier calls)`` of one
+    decode of every row (``new_tokens`` each; None: the measurer's)."""
+    new = int(new_tokens or self.new)
+    key = (cand, batch, greedy, new)
     if key in self._runs:
       return self._runs[key]
     from specdec_jax.decoding import api  # pylint: disable=g-import-not-at-top
@@ -72,7 +77,7 @@ class DecodeMeasurer:
         chunk = rows[i:i + batch]
         outs.append(api.decode(
             strategy, ms, ps, None if self.enc else chunk,
-            inputs=chunk if self.enc else None, max_new_tokens=self.new,
+            inputs=chunk if self.enc else None, max_new_tokens=new,
             seeds=seed, eos_id=None, pad_to=self.width))
       jax.block_until_ready([o.tokens for o in outs])
       secs = time.perf_counter() - t
@@ -120,6 +125,30 @@ class DecodeMeasurer:
                           statistics.median(ratios[c]), quality=quality))
     return out
 
+  def split_target(self, batch: int) -> tuple[float, float]:
+    """(fixed seconds per decode call, seconds per target-only step) at
+    ``batch``: target-only decodes of new_tokens and new_tokens // 2
+    timed back to back (``repeats`` pairs, medians); the difference is
+    the per-token part, the rest of a call is fixed (host prep, encode,
+    prefill, dispatch). Cached per batch size."""
+    if batch not in self._split:
+      base_c = Candidate("target_only", Chain(1), (len(self.models) - 1,))
+      half_n = max(1, self.new // 2)
+      full = self.runner(base_c, batch)
+      half = self.runner(base_c, batch, new_tokens=half_n)
+      pairs = [(full(self.seed + r + 1)[0], half(self.seed + r + 1)[0])
+               for r in range(self.repeats)]
+      chunks = self.chunks(batch)
+      step = max(statistics.median(f - h for f, h in pairs), 0.0) / (
+          (self.new - half_n) * chunks) if self.new > half_n else 0.0
+      fixed = statistics.median(f for f, _ in pairs) / chunks - self.new * step
+      self._split[batch] = (max(fixed, 0.0), step)
+    return self._split[batch]
+
+  def chunks(self, batch: int) -> int:
+    """Decode calls per pass over the rows at ``batch``."""
+    return len(self._rows(batch)) // batch
+
   def _rows(self, batch):
     return range(-(-len(self.rows) // batch) * batch)
 
@@ -154,33 +183,61 @@ def _step_timer(model, params, batch: int, width: int):
   return _TIMERS[key][2]
 
 
-def predict_chains(measurer: DecodeMeasurer, anchor: Measured, base: Measured,
-                   batch: int, gammas: Sequence[int]) -> dict[int, float]:
-  """{gamma: predicted tokens/s} from the CostModel: call costs timed at
-  ``batch``, loop overheads fitted to the measured target-only and anchor
-  chain runs, alpha from the anchor's tokens per iteration."""
-  g0 = anchor.candidate.structure.gamma
-  d, top = anchor.candidate.levels
+def _time_calls(measurer, levels, batch: int, widths) -> costs_lib.CostModel:
+  """Call costs of the drafter (at 1) and the target (at ``widths``)."""
   (dm, dp), (tm, tp) = [(measurer.models[i], measurer.params[i])
-                         for i in (d, top)]
-  # Few compiles: the target at 1, the anchor's block and the widest block
-  # (linear in between), the drafter at 1 (0 when parameter-free).
-  widths = tuple(sorted({1, g0 + 1, max(gammas) + 1}))
+                        for i in levels]
   timers = {w: _step_timer(tm, tp, batch, w) for w in widths}
   free = costs_lib.parameter_free(dm, dp)
   if not free:
     timers["q"] = _step_timer(dm, dp, batch, 1)
   med = timing.medians(timers, 3)
   q = 0.0 if free else med["q"]
-  cm = costs_lib.CostModel(widths, ((q,) * len(widths),
-                                    tuple(med[w] for w in widths)), batch)
+  return costs_lib.CostModel(tuple(widths), ((q,) * len(widths), tuple(
+      med[w] for w in widths)), batch)
+
+
+def fit_chains(measurer: DecodeMeasurer, anchor: Measured, batch: int,
+               gammas: Sequence[int], calls: costs_lib.CostModel | None = None
+               ) -> tuple[costs_lib.CostModel, float]:
+  """(CostModel, alpha) of the anchor's drafter/target pair at ``batch``.
+
+  ``calls`` (None: timed here) gives the call costs: model 0 the drafter,
+  the last the target; ``timing.step_timer`` times the target at 1, at the
+  anchor's block and at the widest block (linear in between) and the
+  drafter at 1 (0 when parameter-free). The fixed seconds per decode call
+  and target-only's loop overhead come from ``measurer.split_target``;
+  alpha solves chain_tokens(alpha, g0) = the anchor's tokens per verifier
+  call; the chain's loop overhead per iteration is what the anchor's time
+  per call (target-only's over the anchor's measured ratio to it) leaves
+  after the fixed part and its model calls.
+  """
+  g0 = anchor.candidate.structure.gamma
+  cm = calls or _time_calls(measurer, anchor.candidate.levels, batch,
+                            sorted({1, g0 + 1, max(gammas) + 1}))
+  fixed, step = measurer.split_target(batch)
+  new = measurer.new
   stats = measurer.stats[(anchor.candidate, batch)]
-  rows_per_iter = stats["tokens"] / max(stats["iterations"], 1)  # B * tokens
-  eff = rows_per_iter / batch
-  alpha = _alpha(eff, g0)
-  auto_s = max(batch / base.tps - cm.call(-1, 1), 0.0)
-  chain_iter = batch * eff / anchor.tps
-  chain_s = max(chain_iter - g0 * cm.call(0, 1) - cm.call(-1, g0 + 1), 0.0)
-  fitted = costs_lib.CostModel(cm.widths, cm.seconds, batch, (
-      ("autoregressive", auto_s), ("chain", chain_s)))
-  return {g: batch / fitted.chain(alpha, g) for g in gammas}
+  iters = max(stats["iterations"], 1) / measurer.chunks(batch)  # per call
+  alpha = _alpha(new / iters, g0)
+  # Seconds per decode call of the anchor: target-only's call (timed at
+  # two lengths) over the anchor's back-to-back ratio to it -- robust to
+  # the machine's speed drifting between timings (absolute tokens/s
+  # measured minutes apart can differ by 1.5x on a loaded machine).
+  anchor_s = (fixed + new * step) / max(anchor.ratio, 1e-12)
+  chain_s = max((anchor_s - fixed) / iters - g0 * cm.call(0, 1) -
+                cm.call(-1, g0 + 1), 0.0)
+  return costs_lib.CostModel(cm.widths, cm.seconds, batch, (
+      ("autoregressive", max(step - cm.call(-1, 1), 0.0)),
+      ("chain", chain_s)), fixed), alpha
+
+
+def predict_chains(measurer: DecodeMeasurer, anchor: Measured, base: Measured,
+                   batch: int, gammas: Sequence[int]) -> dict[int, float]:
+  """{gamma: predicted tokens/s}: :func:`fit_chains`'s CostModel prices a
+  decode call of every gamma (``CostModel.chain_decode``)."""
+  del base  # target-only's call is re-timed at two lengths (split_target)
+  model, alpha = fit_chains(measurer, anchor, batch, gammas)
+  return {g: batch * measurer.new / model.chain_decode(alpha, g,
+                                                       measurer.new)
+          for g in gammas}

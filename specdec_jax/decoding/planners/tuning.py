@@ -22,10 +22,12 @@ prefers:
   1 for lossless methods), or ``quality_fn(tokens, reference)``.
 
 Cost: one compile per candidate and batch size plus short decodes. With
-``price=True`` the CostModel (``costs.py``: call costs timed by
-``timing.step_timer``, loop overheads fitted to the measured target-only
-and one anchor chain) predicts every chain's tokens/s (``predicted_tps``)
-and only the ``prune`` best predicted gammas are decoded.
+``price=True`` the CostModel (``costs.py``, fitted by
+``tune_measure.fit_chains``: call costs timed by ``timing.step_timer``, the
+fixed cost per decode call from target-only decodes of two lengths, alpha
+and the chain's loop overhead from one anchor chain) predicts every chain's
+tokens/s (``predicted_tps``) and only the ``prune`` best predicted gammas
+are decoded.
 """
 
 from __future__ import annotations

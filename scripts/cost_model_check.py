@@ -1,0 +1,200 @@
+r"""The CostModel's predicted tokens/s against measured, every chain gamma.
+
+    python scripts/cost_model_check.py --out benchmarks/results/cost_model
+
+For each pair (the default T5 and Gemma families' drafter -> verifier, and
+the random 37.8M Gemma pair of bench_decode), temperature and batch size,
+the model is fitted exactly as ``planners.tune`` fits it
+(``tune_measure.fit_chains``: call costs timed by ``timing.step_timer``,
+the fixed seconds per decode call and target-only's loop overhead from
+target-only decodes of two lengths, alpha and the chain's loop overhead
+from ONE anchor chain) on CALIBRATION prompts. Then EVERY chain gamma is
+decoded and timed back to back with target-only (median over repeats,
+each timing at least --min_seconds, compile excluded) twice:
+
+* **calibration**: on the same prompts. The error is the model's own:
+  call costs timed alone, one alpha across gamma, one loop overhead.
+* **held-out**: on other prompts (the workload). The model keeps alpha,
+  the call costs and the chain overhead from calibration and re-times only
+  target-only on the workload at two lengths (its fixed cost per call
+  depends on the prompt length: encode / prefill).
+
+Each cell is also priced by the previous model (``--`` column "before":
+the fixed cost per call folded into the anchor's per-iteration overhead),
+from the same measurements. A cell is "within 10%" when |predicted /
+measured - 1| <= 0.10; the anchor is fitted and not counted. Writes
+<out>.md and <out>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import os
+import time
+
+import jax
+
+from specdec_jax import decoding
+from specdec_jax.decoding.planners import costs as costs_lib
+from specdec_jax.decoding.planners import tune_measure
+from specdec_jax.decoding.planners.auto import Candidate
+from specdec_jax.decoding.strategy import Chain
+from specdec_jax.eval import results_file
+
+
+def _bench_auto():
+  path = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                      "bench_auto.py")
+  spec = importlib.util.spec_from_file_location("bench_auto", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def _before(model: costs_lib.CostModel, alpha: float, g0: int, g: int,
+            new: int) -> float:
+  """The previous model's seconds per call: the anchor's fixed cost per
+  call spread over ITS iterations and charged per iteration at every g."""
+  iters0 = new / costs_lib.chain_tokens(alpha, g0)
+  folded = dataclasses.replace(model, call_s=0.0, iteration_s=(
+      ("chain", model.overhead("chain") + model.call_s / iters0),))
+  return folded.chain_decode(alpha, g, new)
+
+
+def cell(ms, ps, calib, held, enc, temp: float, b: int, args) -> list[dict]:
+  """Rows (one per gamma and prompt set) of one (pair, T, batch) cell."""
+  new, gammas, g0 = args.new_tokens, args.gammas, args.anchor
+  top = len(ms) - 1
+  chains = {g: Candidate("spec_decode", Chain(g), (0, top)) for g in gammas}
+  sampling = decoding.Temperature(temp)
+  cal = tune_measure.DecodeMeasurer(ms, ps, calib, enc, new, sampling,
+                                    args.repeats, seed=0,
+                                    min_seconds=args.min_seconds)
+  t0 = time.perf_counter()
+  first = cal.measure([chains[g0]], b)
+  model, alpha = tune_measure.fit_chains(cal, first[1], b, gammas)
+  fit_s = time.perf_counter() - t0  # compiles included
+  measured = {"calibration": {m.candidate: m for m in first}}
+  measured["calibration"].update({m.candidate: m for m in cal.measure(
+      [chains[g] for g in gammas if g != g0], b)})
+  ho = tune_measure.DecodeMeasurer(ms, ps, held, enc, new, sampling,
+                                   args.repeats, seed=100,
+                                   min_seconds=args.min_seconds)
+  fixed, step = ho.split_target(b)
+  models = {"calibration": model, "held-out": dataclasses.replace(
+      model, call_s=fixed, iteration_s=(
+          ("autoregressive", max(step - model.call(-1, 1), 0.0)),
+          ("chain", model.overhead("chain"))))}
+  measured["held-out"] = {m.candidate: m for m in ho.measure(
+      list(chains.values()), b)}
+  rows = []
+  for where, got in measured.items():
+    cm = models[where]
+    for g in gammas:
+      m = got[chains[g]]
+      base = b * new / cm.target_only_decode(new)
+      rows.append(dict(
+          pair=args.pair_name, batch=b, temperature=temp, prompts=where,
+          gamma=g, fitted=where == "calibration" and g == g0,
+          measured_tps=m.tps, ratio=m.ratio,
+          predicted_tps=b * new / cm.chain_decode(alpha, g, new),
+          before_tps=b * new / _before(models["calibration"], alpha, g0,
+                                        g, new),
+          predicted_ratio=b * new / cm.chain_decode(alpha, g, new) / base,
+          alpha=alpha, call_s=cm.call_s, chain_s=cm.overhead("chain"),
+          fit_s=fit_s))
+  decoding.clear_compiled()
+  return rows
+
+
+def within(rows, key: str, truth: str = "measured_tps",
+           tol: float = 0.10) -> tuple[int, int]:
+  """(cells within tol, cells counted) of ``key`` vs ``truth``."""
+  counted = [r for r in rows if not r["fitted"]]
+  return sum(abs(r[key] / r[truth] - 1) <= tol
+             for r in counted), len(counted)
+
+
+def report(args, rows) -> None:
+  """Writes <out>.md / <out>.json of the rows so far."""
+  lines = ["# Cost model: predicted vs measured tokens/s, every chain gamma",
+           "", (__doc__ or "").split("\n\n", 2)[2].strip(), ""]
+  fits = {(r["pair"], r["batch"], r["temperature"]): r["fit_s"]
+          for r in rows}
+  lines.append(f"Calibration (one anchor chain + target-only at two lengths "
+               f"+ call timings, compiles included): median "
+               f"{sorted(fits.values())[len(fits) // 2]:.0f} s per cell, "
+               f"max {max(fits.values()):.0f} s.\n")
+  for where in ("calibration", "held-out"):
+    sel = [r for r in rows if r["prompts"] == where]
+    a, n = within(sel, "predicted_tps")
+    bb, _ = within(sel, "before_tps")
+    x, _ = within(sel, "predicted_ratio", "ratio")
+    lines.append(f"- {where}: tokens/s within 10% **{a}/{n}** (before: "
+                 f"{bb}/{n}); speedup over target-only within 10% **{x}/{n}**")
+    for pair in dict.fromkeys(r["pair"] for r in sel):
+      p = [r for r in sel if r["pair"] == pair]
+      a, n = within(p, "predicted_tps")
+      bb, _ = within(p, "before_tps")
+      x, _ = within(p, "predicted_ratio", "ratio")
+      lines.append(f"  - {pair}: {a}/{n} (before: {bb}/{n}); speedup {x}/{n}")
+  lines += ["", "| pair | batch | T | prompts | gamma | measured tok/s | "
+            "predicted | error | before | error | measured x target-only | "
+            "predicted x | error |", "|---|---|---|---|---|---|---|---|---|"
+            "---|---|---|---|"]
+  for r in rows:
+    err = lambda k, t="measured_tps", r=r: f"{r[k] / r[t] - 1:+.0%}"
+    tag = " (anchor)" if r["fitted"] else ""
+    lines.append(
+        f"| {r['pair']} | {r['batch']} | {r['temperature']:g} | "
+        f"{r['prompts']} | {r['gamma']}{tag} | {r['measured_tps']:.1f} | "
+        f"{r['predicted_tps']:.1f} | {err('predicted_tps')} | "
+        f"{r['before_tps']:.1f} | {err('before_tps')} | {r['ratio']:.2f} | "
+        f"{r['predicted_ratio']:.2f} | {err('predicted_ratio', 'ratio')} |")
+  command = "python scripts/cost_model_check.py " + " ".join(
+      f"--{k}={v}" for k, v in vars(args).items() if k != "pair_name")
+  results_file.write_report(args.out, command=command,
+                            markdown="\n".join(lines), rows=rows,
+                            meta=dict(backend=jax.default_backend()))
+
+
+def main():
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--pairs", default="random-gemma,default-t5,default-gemma")
+  ap.add_argument("--out", default="benchmarks/results/cost_model")
+  ap.add_argument("--batches", default="1,8")
+  ap.add_argument("--temperatures", default="0,1")
+  ap.add_argument("--gammas", default="1,2,3,4,5,6,7,8")
+  ap.add_argument("--anchor", type=int, default=5)
+  ap.add_argument("--calib_prompts", type=int, default=4)
+  ap.add_argument("--num_prompts", type=int, default=8)
+  ap.add_argument("--new_tokens", type=int, default=16)
+  ap.add_argument("--repeats", type=int, default=3)
+  ap.add_argument("--min_seconds", type=float, default=0.5,
+                  help="each timed decode lasts at least this (tune: 0.2)")
+  args = ap.parse_args()
+  args.gammas = [int(g) for g in str(args.gammas).split(",")]
+  if args.anchor not in args.gammas:
+    ap.error(f"--anchor {args.anchor} must be one of --gammas {args.gammas}")
+  rows = []
+  for name in args.pairs.split(","):
+    levels, prompts, enc = _bench_auto().load_levels(
+        name, args.calib_prompts + args.num_prompts)
+    levels = [levels[0], levels[-1]]
+    ms, ps = [m for m, _ in levels], [p for _, p in levels]
+    calib, held = prompts[:args.calib_prompts], prompts[args.calib_prompts:]
+    args.pair_name = name
+    for temp in map(float, args.temperatures.split(",")):
+      for b in map(int, args.batches.split(",")):
+        t0 = time.perf_counter()
+        rows += cell(ms, ps, calib, held, enc, temp, b, args)
+        print(f"{name} T={temp:g} b={b}: {time.perf_counter() - t0:.0f} s; "
+              f"within 10% so far {within(rows, 'predicted_tps')}",
+              flush=True)
+        report(args, rows)
+
+
+if __name__ == "__main__":
+  main()
