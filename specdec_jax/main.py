@@ -57,6 +57,9 @@ _NUM_EXAMPLES = flags.DEFINE_integer(
 _NO_AUTO = flags.DEFINE_bool(
     "no_auto", False, "mode main: no 'auto' / 'auto (quality budget)' rows "
     "(skips the short tune before each pair's sweep; sets AUTO = False).")
+_RETUNE = flags.DEFINE_bool(
+    "retune", False, "modes main / tune: tune again instead of reusing a "
+    "table of the user cache (or of a resumed main job).")
 _VERIFY = flags.DEFINE_multi_string(
     "verify", [], "check a checkpoint (any format) and exit: per-tensor "
     "checksums (when it has checksums.json), NaN/inf and statistics; "
@@ -240,8 +243,11 @@ def parse_gin(files: Sequence[str], bindings: Sequence[str],
 
 
 def _flag_bindings() -> list[str]:
-  """gin bindings of the convenience flags (--num_examples, --no_auto)."""
+  """gin bindings of the convenience flags (--num_examples, --no_auto,
+  --retune)."""
   out = ["main_job_spec.auto = False"] if _NO_AUTO.value else []
+  if _RETUNE.value:
+    out += ["main_job_spec.auto_reuse = False", "tune_spec.reuse = False"]
   if _NUM_EXAMPLES.value is None:
     return out
   n = int(_NUM_EXAMPLES.value)

@@ -143,17 +143,19 @@ def _load_sweep(spec: str):
 @gin.configurable
 def main_job_spec(output_dir: str = "results/main_job", pairs=None,
                   num_examples: int | None = None, auto: bool = True,
-                  auto_latency_budget: float = 0.8):
+                  auto_latency_budget: float = 0.8, auto_reuse: bool = True):
   """Mode 'main': every method on the built-in default pairs (the README's
   first command); see specdec_jax/eval/main_job.py. ``auto``: the 'auto'
   and 'auto (quality budget)' rows per pair (a short tune on the dev split
-  first, eval/auto_rows.py), the latter within ``auto_latency_budget``."""
+  first, eval/auto_rows.py), the latter within ``auto_latency_budget``;
+  ``auto_reuse``: read tuned tables back from a resumed job or the user
+  cache (False, ``--retune``: tune again)."""
   from specdec_jax.eval import auto_rows, main_job  # pylint: disable=g-import-not-at-top
   kw = {} if num_examples is None else {"num_examples": num_examples}
   return main_job.run_main_job(
       output_dir, pairs=pairs, auto=bool(auto),
       auto_settings=auto_rows.AutoSettings(
-          latency_budget=auto_latency_budget), **kw)
+          latency_budget=auto_latency_budget, reuse=bool(auto_reuse)), **kw)
 
 
 @gin.configurable
@@ -190,10 +192,13 @@ def tune_spec(drafter=None, verifier=None, objective: str = "latency",
               gammas=(1, 2, 3, 4, 5, 6, 7, 8), trees=((2, 2), (2, 3)),
               input_file: str | None = None, num_prompts: int = 4,
               new_tokens: int = 16, repeats: int = 3, prune=3,
-              price: bool = True, output: str | None = None, seed: int = 0):
+              price: bool = True, output: str | None = None, seed: int = 0,
+              reuse: bool = True):
   """Mode 'tune' (gin/runs/tune.gin): measure target-only, chains, trees
   (and cascades for objective 'quality') per batch size, choose one per
-  objective, write the auto strategy file (specdec_jax/tune_run.py)."""
+  objective, write the auto strategy file (specdec_jax/tune_run.py); with
+  ``reuse`` a table of the user cache with the same key is read back
+  instead (False, ``--retune``: tune again)."""
   from specdec_jax import tune_run  # pylint: disable=g-import-not-at-top
   if drafter is None or verifier is None:
     raise ValueError("tune needs a drafter and a verifier: include a "
@@ -204,7 +209,8 @@ def tune_spec(drafter=None, verifier=None, objective: str = "latency",
       batch_sizes=batch_sizes, gammas=gammas, trees=trees,
       input_file=input_file, num_prompts=num_prompts, new_tokens=new_tokens,
       repeats=repeats, prune=prune, price=price,
-      output=output if runs.is_writer() else None, seed=seed)
+      output=output if runs.is_writer() else None, seed=seed,
+      reuse=bool(reuse))
 
 
 def auto_args(tune_file, drafter, verifier, sampling, batch_size):

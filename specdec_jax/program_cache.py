@@ -12,8 +12,10 @@ called).
 
 What it keeps, under ``<dir>`` (``<compilation cache>/specdec_jax_programs``):
 
-* ``<kind>-<hash>.json``: small JSON values (:func:`memo`), e.g. a model's
-  parameter shapes, the bytes of a loop state;
+* ``<kind>-<hash>.json``: small JSON values (:func:`memo`,
+  :func:`load_value` / :func:`save_value`), e.g. a model's parameter
+  shapes, the bytes of a loop state, a tuned auto table
+  (``decoding/planners/tune_store.py``);
 * ``<kind>-<hash>.bin``: byte blobs (:func:`load_bytes` / :func:`save_bytes`),
   the compiled decode programs of ``decoding/loops/stored.py``.
 
@@ -140,6 +142,27 @@ def save_bytes(kind: str, key: str, data: bytes) -> None:
     _write(path, data)
 
 
+def load_value(kind: str, key: str) -> Any:
+  """The JSON value stored for (kind, key), or None (store off, no entry,
+  or an unreadable one)."""
+  path = entry_path(kind, key, "json")
+  if path is None:
+    return None
+  try:
+    with open(path) as f:
+      return json.load(f)["value"]
+  except (OSError, ValueError, KeyError, TypeError):
+    return None
+
+
+def save_value(kind: str, key: str, value: Any) -> None:
+  """Stores a JSON-serializable ``value`` for (kind, key) (nothing when the
+  store is off); a later :func:`load_value` or :func:`memo` reads it."""
+  path = entry_path(kind, key, "json")
+  if path is not None:
+    _write(path, json.dumps({"key": key, "value": value}).encode())
+
+
 def memo(kind: str, key: str, compute: Callable[[], Any]) -> Any:
   """``compute()``, read from the store when a run already computed it.
 
@@ -175,5 +198,5 @@ def stable_repr(obj: Any) -> str | None:
   return None if " at 0x" in text else text
 
 
-__all__ = ["directory", "enable", "fingerprint", "load_bytes", "memo",
-           "save_bytes", "source_hash", "stable_repr"]
+__all__ = ["directory", "enable", "fingerprint", "load_bytes", "load_value",
+           "memo", "save_bytes", "save_value", "source_hash", "stable_repr"]

@@ -6,7 +6,11 @@ at each batch size; docs in ``decoding/planners/tuning.py``), prints the
 table (choice per batch size and every candidate's measured / predicted
 tokens/s) and writes the auto strategy file that ``decode`` runs with
 ``run.strategy = 'auto'`` and ``run.tune_file`` (``decoding.decode('auto',
-..., tune=path)`` in Python).
+..., tune=path)`` in Python). With the per-user store on (the CLI's
+``program_cache``) the table is kept there, keyed by the models'
+parameters, the calibration rows, every setting and the machine
+(``decoding/planners/tune_store.py``): a second identical tune reads it
+back instead of timing again; ``reuse=False`` (``--retune``) tunes again.
 """
 
 from __future__ import annotations
@@ -14,9 +18,10 @@ from __future__ import annotations
 import time
 from typing import Sequence
 
-from specdec_jax import plan_tree_run
+from specdec_jax import plan_tree_run, program_cache
 from specdec_jax.decoding import planners
 from specdec_jax.decoding.planners import auto as auto_lib
+from specdec_jax.decoding.planners import tune_store
 
 
 def _ints(name: str, values, low: int = 1) -> tuple[int, ...]:
@@ -48,6 +53,18 @@ def format_table(table: auto_lib.AutoTable) -> str:
   return "\n".join(lines)
 
 
+def store_key(models, params, prompts, inputs, **settings) -> str | None:
+  """The user-store key of a tune: the models' parameters, the calibration
+  rows (hashed) and every setting; None when the store is off."""
+  if program_cache.directory() is None:
+    return None
+  rows = inputs if inputs is not None else prompts
+  return tune_store.key_of(
+      models=tune_store.models_fingerprint(models, params),
+      rows=tune_store.rows_fingerprint(rows),
+      encoder_decoder=inputs is not None, **settings)
+
+
 def run_tune(drafter, verifier, *, objective: str = "latency",
              latency_budget: float | None = None,
              quality_floor: float | None = None, temperature: float = 0.0,
@@ -58,10 +75,12 @@ def run_tune(drafter, verifier, *, objective: str = "latency",
              input_file: str | None = None, num_prompts: int = 4,
              new_tokens: int = 16, repeats: int = 3, prune: int | None = 3,
              price: bool = True, output: str | None = None, seed: int = 0,
-             quiet: bool = False) -> auto_lib.AutoTable:
+             quiet: bool = False, reuse: bool = True) -> auto_lib.AutoTable:
   """Tunes the pair (``runs.ModelSpec``s); prints and writes the table.
 
-  Settings are checked before any model loads.
+  Settings are checked before any model loads. With the user store on, a
+  table tuned before with the same key is read back (``reuse=False``: tune
+  again and replace it).
 
   Returns:
     The AutoTable (written to ``output`` when set).
@@ -89,14 +108,26 @@ def run_tune(drafter, verifier, *, objective: str = "latency",
   (d, v, qp, pp), prompts, inputs = plan_tree_run.calibration_requests(
       drafter, verifier, input_file, num_prompts, seed)
   say = (lambda _: None) if quiet else print
-  table = planners.tune(
-      [d, v], [qp, pp], prompts, inputs=inputs, batch_sizes=batch_sizes,
+  settings = dict(
       objective=objective, latency_budget=latency_budget,
-      quality_floor=quality_floor, temperature=temperature, gammas=gammas,
-      trees=trees, cascades=cascades, new_tokens=new_tokens,
-      repeats=repeats, prune=prune, price=price, seed=seed, progress=say)
+      quality_floor=quality_floor, temperature=temperature,
+      batch_sizes=batch_sizes, gammas=gammas, trees=trees,
+      cascades=cascades, new_tokens=new_tokens, repeats=repeats,
+      prune=prune, price=price, seed=seed)
+  key = store_key([d, v], [qp, pp], prompts, inputs, **settings)
+  got = reuse and key and tune_store.lookup(
+      key, objective=objective, batch_sizes=batch_sizes,
+      temperature=temperature)
+  table = got.table if got else planners.tune(
+      [d, v], [qp, pp], prompts, inputs=inputs, progress=say, **settings)
   say(format_table(table))
-  say(f"tuned in {time.perf_counter() - t0:.1f} s")
+  if got:
+    say(f"reused the tuned table from the user cache ({got.describe()}; "
+        f"--retune tunes again)")
+  else:
+    say(f"tuned in {time.perf_counter() - t0:.1f} s")
+    if key:
+      tune_store.keep(key, table, time.perf_counter() - t0, "specdec_jax tune")
   if output:
     table.save(output, note=(
         f"Written by `specdec_jax tune` (objective {objective}, "
@@ -116,4 +147,4 @@ def structure_of(table: auto_lib.AutoTable, batch_size: int):
   return decoding.make_method(name, **knobs), gamma, tree
 
 
-__all__ = ["format_table", "run_tune", "structure_of"]
+__all__ = ["format_table", "run_tune", "store_key", "structure_of"]

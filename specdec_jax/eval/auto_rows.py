@@ -20,25 +20,28 @@ the test split: latency relative to target-only and quality. Each pair's
 tables are written to ``auto_<pair>_<objective>.gin`` in the job's
 directory (the AutoTable gin format, ``specdec_jax decode
 --gin.run.tune_file=`` reads them) and a resumed job reuses them (no
-re-tune).
+re-tune). The CLI also keeps them in the per-user store
+(``auto_store.py``), keyed by the models' parameters, the calibration
+examples, every setting and the machine: a second invocation with a fresh
+output directory reuses them too ("reused the tuned table from the user
+cache"); ``--retune`` (``AutoSettings.reuse = False``) tunes again.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import time
 from typing import Callable, Mapping, Sequence
 
-from specdec_jax import decoding
+from specdec_jax import decoding, program_cache
 from specdec_jax.decoding import planners
 from specdec_jax.decoding.planners import auto as auto_lib
+from specdec_jax.decoding.planners import tune_store
 from specdec_jax.decoding.planners.tune_measure import DecodeMeasurer
-from specdec_jax.eval import drafts, harness
+from specdec_jax.eval import auto_store, drafts, harness
 
 LABELS = {"latency": "auto", "quality": "auto (quality budget)"}
-_TUNED = re.compile(r"tuned in ([0-9.]+) s")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +60,8 @@ class AutoSettings:
       its alphas: the grid's, else ``alphas``).
     alphas: its alphas when the job's grid has none.
     new_tokens, repeats, prune, price: ``planners.tune``'s.
+    reuse: read tables back (a resumed job's files, the user cache);
+      False tunes again (``--retune``) and replaces them.
   """
 
   latency_budget: float = 0.8
@@ -70,6 +75,7 @@ class AutoSettings:
   repeats: int = 3
   prune: int = 3
   price: bool = True
+  reuse: bool = True
 
   def __post_init__(self):
     auto_lib.check_objective("quality", self.latency_budget, None)
@@ -144,9 +150,11 @@ class PairTune:
     tables: {objective: AutoTable}.
     configs: {row label: RunConfig} ('auto', 'auto (quality budget)').
     tune_s: {objective: seconds tuning took (when it was tuned)}.
-    reused: objectives read back from out_dir (a resumed job).
+    reused: objectives read back (from out_dir: a resumed job; or from
+      the user cache).
     split: the split the calibration examples came from.
     paths: {objective: the table's gin file}.
+    from_store: the reused objectives read from the user cache.
   """
 
   pair: str
@@ -156,22 +164,11 @@ class PairTune:
   reused: tuple[str, ...]
   split: str
   paths: Mapping[str, str]
+  from_store: tuple[str, ...] = ()
 
 
 def table_path(out_dir: str, pair: str, objective: str) -> str:
   return os.path.join(out_dir, f"auto_{pair}_{objective}.gin")
-
-
-def _reusable(path: str, batch: int, temperature: float):
-  """(table, tune seconds) of a file a resumed job can reuse, else None."""
-  if not os.path.exists(path):
-    return None
-  table = auto_lib.load(path)
-  if table.temperature != temperature or batch not in table.batches:
-    return None
-  with open(path) as f:
-    m = _TUNED.search(f.read())
-  return table, float(m.group(1)) if m else 0.0
 
 
 def calibration_examples(load_examples: Callable, name: str,
@@ -196,12 +193,16 @@ def calibration_examples(load_examples: Callable, name: str,
   return pool, "train"
 
 
-def _measurer(pair, examples, settings: AutoSettings, temperature: float,
-              seed: int) -> DecodeMeasurer:
-  """One DecodeMeasurer for both objectives (compiled runners shared)."""
+def _encoded(pair, examples) -> tuple[list, bool]:
+  """(token rows, encoder-decoder?) of the calibration examples."""
   encoded, _ = harness.encode_examples(pair, examples)
   enc = "inputs" in encoded[0]
-  rows = [e["inputs" if enc else "prompts"] for e in encoded]
+  return [e["inputs" if enc else "prompts"] for e in encoded], enc
+
+
+def _measurer(pair, rows, enc: bool, settings: AutoSettings,
+              temperature: float, seed: int) -> DecodeMeasurer:
+  """One DecodeMeasurer for both objectives (compiled runners shared)."""
   levels = drafts.pair_levels(pair)
   return DecodeMeasurer([m for m, _ in levels], [p for _, p in levels], rows,
                         enc, settings.new_tokens,
@@ -209,11 +210,29 @@ def _measurer(pair, examples, settings: AutoSettings, temperature: float,
                         seed=seed)
 
 
+def _tune(name: str, objective: str, levels: int, measurer,
+          settings: AutoSettings, batch: int, temperature: float, stack,
+          alphas: tuple, gamma: int, seed: int, say) -> auto_lib.AutoTable:
+  """``planners.tune`` of one objective at the job's batch size."""
+  return planners.tune(
+      [None] * levels, [None] * levels, batch_sizes=(batch,),
+      objective=objective, temperature=temperature,
+      latency_budget=(settings.latency_budget if objective == "quality"
+                      else None),
+      gammas=settings.gammas, trees=settings.trees,
+      stacks=(tuple(stack),) if stack else (),
+      cascades=((settings.cascade, alphas),), cascade_gamma=gamma,
+      new_tokens=settings.new_tokens, repeats=settings.repeats,
+      prune=settings.prune, price=settings.price, measurer=measurer,
+      seed=seed, progress=lambda s: say(f"[{name}] auto ({objective}): {s}"))
+
+
 def tune_pair(pair, load_examples: Callable, out_dir: str,
               settings: AutoSettings, *, temperature: float, top_p: float,
               gamma: int, max_new_tokens: int | None, batch_size: int,
               seed: int, stack: Sequence[int] | None,
               alphas: Sequence[float] | None, measurer=None,
+              store: bool | None = None,
               say: Callable[[str], None] = print) -> PairTune:
   """Tunes (or reads back) both auto tables of ``pair``; see the module doc.
 
@@ -229,41 +248,54 @@ def tune_pair(pair, load_examples: Callable, out_dir: str,
     alphas: the cascade's alphas (None: ``settings.alphas``).
     measurer: ``measure(candidates, batch)`` (tests inject one); default: a
       DecodeMeasurer on the calibration examples.
+    store: read tables back from / keep them in the per-user store
+      (``decoding/planners/tune_store.py``) when ``program_cache`` is on.
+      None: with the default measurer only; True: with an injected one too.
   """
   levels = len(drafts.pair_levels(pair))
   paths = {o: table_path(out_dir, pair.name, o) for o in LABELS}
   tables, tune_s, reused = {}, {}, []
   for objective, path in paths.items():
-    got = _reusable(path, batch_size, float(temperature))
+    got = settings.reuse and auto_store.resumed(path, batch_size,
+                                                float(temperature))
     if got:
       tables[objective], tune_s[objective] = got
       reused.append(objective)
-  split = settings.split
+  split, alphas = settings.split, tuple(alphas or settings.alphas)
   todo = [o for o in LABELS if o not in tables]
-  if todo and measurer is None:
+  use_store = program_cache.directory() is not None and (
+      measurer is None if store is None else bool(store))
+  keys, found = {}, {}
+  if todo and (measurer is None or use_store):
     examples, split = calibration_examples(load_examples, pair.name,
                                            settings, say)
-    measurer = _measurer(pair, examples, settings, float(temperature), seed)
+    rows, enc = _encoded(pair, examples)
+  if todo and use_store:
+    job = dict(temperature=float(temperature), top_p=float(top_p),
+               gamma=int(gamma), max_new_tokens=max_new_tokens,
+               batch_size=int(batch_size), seed=int(seed),
+               stack=list(stack) if stack else None, alphas=list(alphas))
+    keys, found = auto_store.read_back(pair, settings, rows, split, todo,
+                                       job, LABELS, paths, say)
+    for objective, got in found.items():
+      tables[objective], tune_s[objective] = got.table, got.tune_s
+    reused += list(found)
+    todo = [o for o in todo if o not in found]
+  if todo and measurer is None:
+    measurer = _measurer(pair, rows, enc, settings, float(temperature), seed)
   for objective in todo:
     t0 = time.perf_counter()
-    tables[objective] = planners.tune(
-        [None] * levels, [None] * levels, batch_sizes=(batch_size,),
-        objective=objective, temperature=float(temperature),
-        latency_budget=(settings.latency_budget if objective == "quality"
-                        else None),
-        gammas=settings.gammas, trees=settings.trees,
-        stacks=(tuple(stack),) if stack else (),
-        cascades=((settings.cascade, tuple(alphas or settings.alphas)),),
-        cascade_gamma=int(gamma), new_tokens=settings.new_tokens,
-        repeats=settings.repeats, prune=settings.prune,
-        price=settings.price, measurer=measurer,
-        seed=seed, progress=lambda s, o=objective: say(
-            f"[{pair.name}] auto ({o}): {s}"))
+    tables[objective] = _tune(pair.name, objective, levels, measurer,
+                              settings, batch_size, float(temperature),
+                              stack, alphas, int(gamma), seed, say)
     tune_s[objective] = time.perf_counter() - t0
     tables[objective].save(paths[objective], note=(
         f"main job {LABELS[objective]!r} row of {pair.name}: tuned in "
         f"{tune_s[objective]:.1f} s on {settings.num_examples} {split} "
         f"examples (a resumed job reuses this file)"))
+    if objective in keys:
+      tune_store.keep(keys[objective], tables[objective], tune_s[objective],
+                      where=os.path.abspath(out_dir))
   fields = dict(temperature=temperature, top_p=top_p,
                 max_new_tokens=max_new_tokens, batch_size=batch_size,
                 seed=seed)
@@ -271,7 +303,7 @@ def tune_pair(pair, load_examples: Callable, out_dir: str,
       tables[o].row_for(batch_size).choice.candidate, levels, **fields)
              for o in LABELS}
   return PairTune(pair.name, tables, configs, tune_s, tuple(reused), split,
-                  paths)
+                  paths, tuple(found))
 
 
 def _first(x):
@@ -310,11 +342,15 @@ def add_flags(ap) -> None:
                   default=AutoSettings.latency_budget,
                   help="the 'auto (quality budget)' row's most seconds per "
                   "token relative to target-only")
+  ap.add_argument("--retune", action="store_true",
+                  help="tune the auto rows again instead of reusing tables "
+                  "of a resumed job or of the user cache")
 
 
 def settings_of(args) -> AutoSettings:
   """AutoSettings of :func:`add_flags`' parsed flags."""
-  return AutoSettings(latency_budget=args.auto_latency_budget)
+  return AutoSettings(latency_budget=args.auto_latency_budget,
+                      reuse=not args.retune)
 
 
 def report_rows(tuned: PairTune, aggs: Sequence) -> list[dict]:

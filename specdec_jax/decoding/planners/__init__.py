@@ -16,6 +16,8 @@
                     and choose one per objective -> auto.AutoTable
     auto.py         the auto table (batch size -> strategy), its gin file,
                     and the row rule of decode(strategy='auto')
+    tune_store.py   tuned tables kept in the per-user program store, keyed
+                    by settings, calibration rows and model parameters
 """
 
 from specdec_jax.decoding.planners.auto import AutoTable, load
