@@ -149,6 +149,24 @@ def test_macros_of_other_shipped_run_files_are_known(monkeypatch):
     gin.clear_config()
 
 
+def test_retune_flag_reaches_main_job_and_tune(capsys, monkeypatch):
+  from specdec_jax.eval import main_job  # pylint: disable=g-import-not-at-top
+  seen = []
+  monkeypatch.setattr(main_job, "run_main_job", lambda out, pairs=None, **kw:
+                      seen.append(kw["auto_settings"].reuse))
+  for args in ((), ("--retune",)):
+    code, _, err = _cli_here(capsys, "main", *args)
+    assert code == 0, err
+  from specdec_jax import tune_run  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(tune_run, "run_tune", lambda *a, **kw:
+                      seen.append(kw["reuse"]))
+  for args in ((), ("--retune",)):
+    code, _, err = _cli_here(capsys, "tune", "--gin_file=runs/tune.gin",
+                             "--gin_file=pairs/tiny_random.gin", *args)
+    assert code == 0, err
+  assert seen == [True, False, True, False]
+
+
 def test_num_examples_flag_reaches_main_job_and_eval(capsys, monkeypatch):
   from specdec_jax.eval import main_job  # pylint: disable=g-import-not-at-top
   seen = {}

@@ -89,6 +89,36 @@ def test_tune_cli_errors(bindings, match):
     main.run()
 
 
+def test_a_second_tune_reads_the_table_back_from_the_store(
+    tmp_path, capsys, monkeypatch):
+  from specdec_jax import program_cache  # pylint: disable=g-import-not-at-top
+  from specdec_jax.decoding import planners  # pylint: disable=g-import-not-at-top
+  calls = []
+  monkeypatch.setattr(planners, "tune", lambda *a, **k: calls.append(k) or
+                      _table((1,)))
+
+  def tune(*extra):
+    gin.clear_config()
+    main.parse_gin(["runs/tune.gin", "pairs/tiny_random.gin"],
+                   ["GAMMAS = [2]", "TREES = []", "BATCH_SIZES = [1]",
+                    "NUM_PROMPTS = 2", "NEW_TOKENS = 4", *extra])
+    return main.run(), capsys.readouterr().out
+
+  program_cache.enable(str(tmp_path / "store"))
+  try:
+    first, _ = tune()
+    again, out = tune()
+    assert len(calls) == 1 and again == first
+    assert "reused the tuned table from the user cache (tuned in" in out
+    tune("REUSE = False")  # --retune
+    tune("NEW_TOKENS = 5")  # another key
+    assert len(calls) == 3
+  finally:
+    program_cache.enable(None)
+  tune()  # store off
+  assert len(calls) == 4
+
+
 def test_strategy_auto_is_for_decode():
   with pytest.raises(ValueError, match="run.strategy = 'auto' is read by "
                      "mode decode"):
