@@ -34,8 +34,9 @@ once per pair.
 Budget: the default grid and ``DEFAULT_NUM_EXAMPLES`` are sized so that the
 sweep takes about 6-10 minutes on a fresh 2-core CPU machine (compilation,
 one program per method and pair, is a large part of it); the auto rows'
-tune adds about 2-2.5 minutes per pair (``--no_auto`` skips it). See
-docs/evaluation.md for measured times.
+tune adds about 2-2.5 minutes per pair (``--no_auto`` skips it; a second
+run with the per-user store on reads the tables back, ``auto_store.py``).
+See docs/evaluation.md for measured times.
 """
 
 from __future__ import annotations
