@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from specdec_jax import decoding
+from specdec_jax import decoding, program_cache
 from specdec_jax.decoding.planners import auto
 from specdec_jax.eval import auto_rows, harness, main_job
 from tests.eval import test_harness as th
@@ -141,18 +141,33 @@ def test_auto_rows_with_injected_measurements_and_resume(tiny_a, tmp_path):
 
 
 def test_auto_rows_end_to_end_on_a_tiny_pair(tmp_path):
-  """A real (small) tune: the rows resolve to configs the sweep measured."""
+  """A real (small) tune: the rows resolve to configs the sweep measured;
+  with the user store on, a job with a fresh directory reads them back."""
   pair = dataclasses.replace(th.stand_in_pair("t5"), name="tiny_e2e")
   settings = auto_rows.AutoSettings(num_examples=2, gammas=(3,), trees=(),
                                     alphas=(0.5,), new_tokens=4, repeats=1,
                                     price=False)
   printed = []
+  grid = {"target_only": {}, "spec_decode": {}}
+  load_examples = lambda name, split: th.stand_in_examples(4)
   out = main_job.run_main_job(
-      str(tmp_path), pairs=("tiny_e2e",), num_examples=2,
-      grid={"target_only": {}, "spec_decode": {}}, gamma=3, progress=False,
-      load_pair=lambda name, dtype: pair,
-      load_examples=lambda name, split: th.stand_in_examples(4),
-      print_fn=printed.append, auto_settings=settings)
+      str(tmp_path), pairs=("tiny_e2e",), num_examples=2, grid=grid,
+      gamma=3, progress=False, load_pair=lambda name, dtype: pair,
+      load_examples=load_examples, print_fn=printed.append,
+      auto_settings=settings)
+  job = dict(temperature=0.0, top_p=1.0, gamma=3, max_new_tokens=None,
+             batch_size=1, seed=0)  # run_main_job's
+  program_cache.enable(str(tmp_path / "store"))
+  try:
+    tuned, again = (auto_rows.tune_for_job(
+        pair, load_examples, str(tmp_path / d), settings, grid,
+        main_job.DRAFT_ROWS, None, printed.append, **job)
+                    for d in ("first", "second"))
+  finally:
+    program_cache.enable(None)
+  assert tuned.from_store == () and again.configs == tuned.configs
+  assert set(again.from_store) == set(auto_rows.LABELS)
+  assert again.tables == tuned.tables
   assert [r["label"] for r in out["auto"]] == ["auto",
                                                "auto (quality budget)"]
   keys = {r["config_key"] for r in harness.load_rows(
@@ -162,4 +177,5 @@ def test_auto_rows_end_to_end_on_a_tiny_pair(tmp_path):
     assert r["relative_latency"] is not None and r["tune_s"] > 0
   assert "[tiny_e2e] auto tables tuned on validation examples" in \
       " ".join(printed)
+  assert "[tiny_e2e] auto tables reused in" in printed[-1]
   print("tune seconds:", [r["tune_s"] for r in out["auto"]])
