@@ -134,3 +134,11 @@ def test_params_fingerprint_sees_values_shapes_and_names():
   other["a"][1, 2] = 1e-7
   assert len({fp(base), fp(other), fp(dict(base, a=np.zeros((3, 2)))),
               fp({"c": base["a"], "b": base["b"]})}) == 4
+
+
+def test_retune_flag_of_the_main_job_module():
+  import argparse  # pylint: disable=g-import-not-at-top
+  ap = argparse.ArgumentParser()
+  auto_rows.add_flags(ap)
+  assert auto_rows.settings_of(ap.parse_args([])).reuse is True
+  assert auto_rows.settings_of(ap.parse_args(["--retune"])).reuse is False
