@@ -2,10 +2,12 @@
 fresh output directory reads them back (no tune); any change of what the
 tune depends on tunes again."""
 
+import argparse
 import dataclasses
 import os
 
 import jax
+import numpy as np
 import pytest
 
 from specdec_jax import program_cache
@@ -126,7 +128,6 @@ def test_reuse_false_tunes_again_and_replaces_the_tables(pair, store,
 
 
 def test_params_fingerprint_sees_values_shapes_and_names():
-  import numpy as np  # pylint: disable=g-import-not-at-top
   base = {"a": np.zeros((2, 3), np.float32), "b": np.ones(4, np.int32)}
   fp = tune_store.params_fingerprint
   assert fp(base) == fp({k: v.copy() for k, v in base.items()})
@@ -137,7 +138,6 @@ def test_params_fingerprint_sees_values_shapes_and_names():
 
 
 def test_retune_flag_of_the_main_job_module():
-  import argparse  # pylint: disable=g-import-not-at-top
   ap = argparse.ArgumentParser()
   auto_rows.add_flags(ap)
   assert auto_rows.settings_of(ap.parse_args([])).reuse is True
