@@ -5,31 +5,34 @@ r"""The CostModel's predicted tokens/s against measured, every chain gamma.
 For each pair (the default T5 and Gemma families' drafter -> verifier, and
 the random 37.8M Gemma pair of bench_decode), temperature and batch size,
 the model is fitted exactly as ``planners.tune`` fits it
-(``tune_measure.fit_chains``: call costs timed by ``timing.step_timer``,
-the fixed seconds per decode call and target-only's loop overhead from
-target-only decodes of two lengths, alpha and the chain's loop overhead
-from ONE anchor chain) on CALIBRATION prompts. Then EVERY chain gamma is
-decoded and timed back to back with target-only (median over repeats,
-each timing at least --min_seconds, compile excluded) twice:
+(``tune_measure.fit_chains``, one interleaved timing: every model call at
+every block width at the decodes' lengths, target-only decodes of two
+lengths for the fixed seconds per call, and TWO anchor chains (gammas 3
+and 7) for alpha and the loop overhead per iteration and per draft) on
+CALIBRATION prompts. Then EVERY chain gamma is decoded and timed back to
+back with target-only (median over repeats, each timing at least
+--min_seconds, compile excluded) twice:
 
 * **calibration**: on the same prompts. The error is the model's own:
-  call costs timed alone, one alpha across gamma, one loop overhead.
-* **held-out**: on other prompts (the workload). The model keeps alpha,
-  the call costs and the chain overhead from calibration and re-times only
-  target-only on the workload at two lengths (its fixed cost per call
-  depends on the prompt length: encode / prefill).
+  call costs timed alone, alpha interpolated between the anchors, loop
+  overheads linear in gamma.
+* **held-out**: on other prompts (the workload). The model keeps alpha
+  and the loop overheads from calibration and re-times, at the
+  workload's lengths, the models' calls and target-only at two lengths
+  (a call's cost depends on the prompt / input length: encode, prefill,
+  attention over the cache) -- no speculative decode of the workload.
 
-Each cell is also priced by the previous model (``--`` column "before":
-the fixed cost per call folded into the anchor's per-iteration overhead),
-from the same measurements. A cell is "within 10%" when |predicted /
-measured - 1| <= 0.10; the anchor is fitted and not counted. Writes
-<out>.md and <out>.json.
+"before" prices each cell with the previous model, fitted as it was (one
+anchor, gamma 5, from the same calibration pass; the fixed cost per call
+folded into the anchor's per-iteration overhead; one alpha). A cell is
+"within 10%" when |predicted / measured - 1| <= 0.10 (tokens/s; and the
+speedup over target-only, predicted vs the back-to-back measured ratio);
+the anchors are fitted and not counted. Writes <out>.md and <out>.json.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib.util
 import os
 import time
@@ -37,6 +40,7 @@ import time
 import jax
 
 from specdec_jax import decoding
+from specdec_jax import timing
 from specdec_jax.decoding.planners import costs as costs_lib
 from specdec_jax.decoding.planners import tune_measure
 from specdec_jax.decoding.planners.auto import Candidate
@@ -53,19 +57,23 @@ def _bench_auto():
   return module
 
 
-def _before(model: costs_lib.CostModel, alpha: float, g0: int, g: int,
-            new: int) -> float:
-  """The previous model's seconds per call: the anchor's fixed cost per
-  call spread over ITS iterations and charged per iteration at every g."""
-  iters0 = new / costs_lib.chain_tokens(alpha, g0)
-  folded = dataclasses.replace(model, call_s=0.0, iteration_s=(
-      ("chain", model.overhead("chain") + model.call_s / iters0),))
-  return folded.chain_decode(alpha, g, new)
+def _before(calls: costs_lib.CostModel, alpha0: float, g0: int,
+            call0_s: float, g: int, new: int) -> float:
+  """The previous model's seconds per call of gamma ``g``: one anchor
+  ``g0`` (its alpha ``alpha0``, its seconds per call ``call0_s``); what
+  the anchor's time per ITERATION leaves after its model calls is charged
+  per iteration at every g -- so the fixed cost per call is spread over
+  the anchor's iterations, not paid once."""
+  iters0 = new / costs_lib.chain_tokens(alpha0, g0)
+  rest = call0_s / iters0 - g0 * calls.call(0, 1) - calls.call(-1, g0 + 1)
+  folded = costs_lib.CostModel(calls.widths, calls.seconds, calls.batch,
+                               (("chain", max(rest, 0.0)),))
+  return folded.chain_decode(alpha0, g, new)
 
 
 def cell(ms, ps, calib, held, enc, temp: float, b: int, args) -> list[dict]:
   """Rows (one per gamma and prompt set) of one (pair, T, batch) cell."""
-  new, gammas, g0 = args.new_tokens, args.gammas, args.anchor
+  new, gammas, anchors = args.new_tokens, args.gammas, args.anchors
   top = len(ms) - 1
   chains = {g: Candidate("spec_decode", Chain(g), (0, top)) for g in gammas}
   sampling = decoding.Temperature(temp)
@@ -73,38 +81,57 @@ def cell(ms, ps, calib, held, enc, temp: float, b: int, args) -> list[dict]:
                                     args.repeats, seed=0,
                                     min_seconds=args.min_seconds)
   t0 = time.perf_counter()
-  first = cal.measure([chains[g0]], b)
-  model, alpha = tune_measure.fit_chains(cal, first[1], b, gammas)
+  first = cal.measure([chains[g] for g in anchors], b)
+  model, alphas = tune_measure.fit_chains(cal, first[1:], b, gammas)
   fit_s = time.perf_counter() - t0  # compiles included
   measured = {"calibration": {m.candidate: m for m in first}}
   measured["calibration"].update({m.candidate: m for m in cal.measure(
-      [chains[g] for g in gammas if g != g0], b)})
+      [chains[g] for g in gammas if g not in anchors], b)})
+  # The previous model, fitted as it was: one anchor (gamma --old_anchor)
+  # from the same calibration pass.
+  old = measured["calibration"][chains[args.old_anchor]]
+  old_alpha = tune_measure.solve_alpha(
+      new * cal.chunks(b) / max(cal.stats[(old.candidate, b)]["iterations"],
+                                1), args.old_anchor)
+  old_call_s = b * new / old.tps
   ho = tune_measure.DecodeMeasurer(ms, ps, held, enc, new, sampling,
                                    args.repeats, seed=100,
                                    min_seconds=args.min_seconds)
-  fixed, step = ho.split_target(b)
-  models = {"calibration": model, "held-out": dataclasses.replace(
-      model, call_s=fixed, iteration_s=(
-          ("autoregressive", max(step - model.call(-1, 1), 0.0)),
-          ("chain", model.overhead("chain"))))}
+  # The workload's own lengths: its call costs and target-only's fixed
+  # and per-token parts re-timed (interleaved); alpha and the chain's
+  # loop overheads carried over from calibration.
+  widths = model.widths
+  timers = ho.split_timers(b)
+  timers.update(tune_measure.call_timers(ho, (0, top), b, widths))
+  med = timing.medians(timers, args.repeats)
+  fixed, step = tune_measure.fixed_and_step(
+      med["full"], med["half"], new, ho.half_tokens, ho.chunks(b))
+  calls = tune_measure.calls_model(med, widths, b)
+  models = {"calibration": model, "held-out": costs_lib.CostModel(
+      widths, calls.seconds, b, (
+          ("autoregressive", max(step - calls.call(-1, 1), 0.0)),
+          ("chain", model.overhead("chain")),
+          ("draft", model.overhead("draft"))), fixed)}
   measured["held-out"] = {m.candidate: m for m in ho.measure(
       list(chains.values()), b)}
   rows = []
   for where, got in measured.items():
     cm = models[where]
+    base = b * new / cm.target_only_decode(new)
     for g in gammas:
       m = got[chains[g]]
-      base = b * new / cm.target_only_decode(new)
+      pred = b * new / cm.chain_decode(tune_measure.alpha_at(alphas, g), g,
+                                       new)
       rows.append(dict(
           pair=args.pair_name, batch=b, temperature=temp, prompts=where,
-          gamma=g, fitted=where == "calibration" and g == g0,
-          measured_tps=m.tps, ratio=m.ratio,
-          predicted_tps=b * new / cm.chain_decode(alpha, g, new),
-          before_tps=b * new / _before(models["calibration"], alpha, g0,
-                                        g, new),
-          predicted_ratio=b * new / cm.chain_decode(alpha, g, new) / base,
-          alpha=alpha, call_s=cm.call_s, chain_s=cm.overhead("chain"),
-          fit_s=fit_s))
+          gamma=g, fitted=where == "calibration" and g in anchors,
+          measured_tps=m.tps, ratio=m.ratio, predicted_tps=pred,
+          before_tps=b * new / _before(model, old_alpha, args.old_anchor,
+                                        old_call_s, g, new),
+          predicted_ratio=pred / base, alphas=[list(a) for a in alphas],
+          call_s=cm.call_s, chain_s=cm.overhead("chain"),
+          draft_s=cm.overhead("draft"),
+          calls_s=[list(r) for r in cm.seconds], fit_s=fit_s))
   decoding.clear_compiled()
   return rows
 
@@ -123,8 +150,8 @@ def report(args, rows) -> None:
            "", (__doc__ or "").split("\n\n", 2)[2].strip(), ""]
   fits = {(r["pair"], r["batch"], r["temperature"]): r["fit_s"]
           for r in rows}
-  lines.append(f"Calibration (one anchor chain + target-only at two lengths "
-               f"+ call timings, compiles included): median "
+  lines.append(f"Calibration (two anchor chains + target-only at two "
+               f"lengths + call timings, compiles included): median "
                f"{sorted(fits.values())[len(fits) // 2]:.0f} s per cell, "
                f"max {max(fits.values()):.0f} s.\n")
   for where in ("calibration", "held-out"):
@@ -167,7 +194,11 @@ def main():
   ap.add_argument("--batches", default="1,8")
   ap.add_argument("--temperatures", default="0,1")
   ap.add_argument("--gammas", default="1,2,3,4,5,6,7,8")
-  ap.add_argument("--anchor", type=int, default=5)
+  ap.add_argument("--anchors", default="3,7",
+                  help="the chains the model is fitted to (tune's choice "
+                       "for gammas 1-8)")
+  ap.add_argument("--old_anchor", type=int, default=5,
+                  help="the previous model's one anchor")
   ap.add_argument("--calib_prompts", type=int, default=4)
   ap.add_argument("--num_prompts", type=int, default=8)
   ap.add_argument("--new_tokens", type=int, default=16)
@@ -176,8 +207,10 @@ def main():
                   help="each timed decode lasts at least this (tune: 0.2)")
   args = ap.parse_args()
   args.gammas = [int(g) for g in str(args.gammas).split(",")]
-  if args.anchor not in args.gammas:
-    ap.error(f"--anchor {args.anchor} must be one of --gammas {args.gammas}")
+  args.anchors = [int(g) for g in str(args.anchors).split(",")]
+  if not set(args.anchors + [args.old_anchor]) <= set(args.gammas):
+    ap.error(f"--anchors {args.anchors} and --old_anchor {args.old_anchor} "
+             f"must be among --gammas {args.gammas}")
   rows = []
   for name in args.pairs.split(","):
     levels, prompts, enc = _bench_auto().load_levels(

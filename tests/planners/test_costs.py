@@ -77,41 +77,69 @@ def test_chain_decode_pays_the_fixed_part_once_per_call():
 
 class _FakeMeasurer:
   """A machine with known costs: fixed 4 ms per call, target-only steps of
-  1.1 ms, 16 tokens per row, 2 calls per pass (4 rows, batch 2)."""
+  1.1 ms, 16 tokens per row, 2 calls per pass (4 rows, batch 2), each
+  chain's call ``world.chain_decode``."""
 
-  new = 16
+  new, half_tokens, seed, repeats = 16, 8, 0, 3
 
-  def __init__(self):
-    self.stats = {}
+  def __init__(self, world, alpha):
+    self.stats, self.world, self.alpha = {}, world, alpha
 
-  def split_target(self, batch):
-    del batch
-    return 4e-3, 1.1e-3
+  def split_timers(self, batch):
+    per = lambda n: 2 * (4e-3 + n * 1.1e-3)  # seconds of one pass
+    return {"full": lambda: per(16), "half": lambda: per(8)}
+
+  def runner(self, cand, batch):
+    secs = 2 * self.world.chain_decode(self.alpha, cand.structure.gamma, 16)
+    return lambda seed: (secs, None, None)
 
   def chunks(self, batch):
     return 4 // batch
 
+  def anchor(self, gamma, batch):
+    from specdec_jax.decoding.planners.auto import Candidate, Measured  # pylint: disable=g-import-not-at-top
+    from specdec_jax.decoding.strategy import Chain  # pylint: disable=g-import-not-at-top
+    c = Candidate("spec_decode", Chain(gamma), (0, 1))
+    iters = 16 / costs_lib.chain_tokens(self.alpha, gamma)  # per call
+    self.stats[(c, batch)] = dict(tokens=4 * 16, iterations=iters * 2)
+    return Measured(c, 1.0, 1.0)  # fit_chains re-times the anchors
 
-def test_fit_chains_recovers_alpha_overhead_and_prices_every_gamma():
+
+def test_fixed_and_step_from_two_lengths():
   from specdec_jax.decoding.planners import tune_measure  # pylint: disable=g-import-not-at-top
-  from specdec_jax.decoding.planners.auto import Candidate, Measured  # pylint: disable=g-import-not-at-top
-  from specdec_jax.decoding.strategy import Chain  # pylint: disable=g-import-not-at-top
+  fixed, step = tune_measure.fixed_and_step(2 * (4e-3 + 16e-3),
+                                            2 * (4e-3 + 8e-3), 16, 8, 2)
+  assert (fixed, step) == pytest.approx((4e-3, 1e-3))
+
+
+@pytest.mark.parametrize("per_draft,anchors", [(0.0, (3,)), (1e-4, (2, 6))])
+def test_fit_chains_recovers_alpha_overheads_and_prices_every_gamma(
+    per_draft, anchors):
+  from specdec_jax.decoding.planners import tune_measure  # pylint: disable=g-import-not-at-top
   calls = costs_lib.CostModel((1, 4, 8), _model().seconds, 2)
-  alpha, g0, h, fixed, batch = 0.7, 3, 2e-4, 4e-3, 2
-  world = dataclasses.replace(calls, iteration_s=(("chain", h),),
-                              call_s=fixed)
-  iters = 16 / costs_lib.chain_tokens(alpha, g0)  # per call
-  anchor_c = Candidate("spec_decode", Chain(g0), (0, 1))
-  m = _FakeMeasurer()
-  m.stats[(anchor_c, batch)] = dict(tokens=4 * 16, iterations=iters * 2)
-  anchor_s = world.chain_decode(alpha, g0, 16)
-  anchor = Measured(anchor_c, batch * 16 / anchor_s,
-                    (4e-3 + 16 * 1.1e-3) / anchor_s)  # ratio to target-only
-  fit, a = tune_measure.fit_chains(m, anchor, batch, (1, 5), calls=calls)
-  assert a == pytest.approx(alpha, abs=1e-9)
+  alpha, h, fixed, batch = 0.7, 2e-4, 4e-3, 2
+  world = dataclasses.replace(calls, iteration_s=(
+      ("chain", h), ("draft", per_draft)), call_s=fixed)
+  m = _FakeMeasurer(world, alpha)
+  fit, alphas = tune_measure.fit_chains(
+      m, [m.anchor(g, batch) for g in anchors], batch, (1, 5), calls=calls)
+  assert [g for g, _ in alphas] == list(anchors)
+  assert all(a == pytest.approx(alpha, abs=1e-9) for _, a in alphas)
   assert fit.overhead("chain") == pytest.approx(h)
-  assert fit.call_s == fixed
+  assert fit.overhead("draft") == pytest.approx(per_draft, abs=1e-12)
+  assert fit.call_s == pytest.approx(fixed)
   assert fit.overhead("autoregressive") == pytest.approx(1.1e-3 - 1e-3)
-  for g in (1, 2, 5, 7):  # far from the anchor too: the fixed part is
-    assert fit.chain_decode(a, g, 16) == pytest.approx(  # not amortised
+  for g in (1, 2, 5, 7):  # far from the anchors too: the fixed part is
+    assert fit.chain_decode(alpha, g, 16) == pytest.approx(  # not amortised
         world.chain_decode(alpha, g, 16))  # over the anchor's iterations
+
+
+def test_alpha_between_anchors_and_bad_anchors():
+  from specdec_jax.decoding.planners import tune_measure  # pylint: disable=g-import-not-at-top
+  pts = ((2, 0.8), (6, 0.6))
+  assert tune_measure.alpha_at(pts, 4) == pytest.approx(0.7)
+  assert tune_measure.alpha_at(pts, 1) == 0.8
+  assert tune_measure.alpha_at(pts, 8) == 0.6
+  m = _FakeMeasurer(_model(), 0.7)
+  with pytest.raises(ValueError, match="different gammas, got gammas"):
+    tune_measure.fit_chains(m, [m.anchor(3, 2), m.anchor(3, 2)], 2, (1,))

@@ -6,8 +6,9 @@ A :class:`CostModel` holds measured quantities only:
   on a block of ``widths[k]`` tokens at the model's ``batch`` -- timed by
   ``timing.step_timer`` (:func:`measure`), interpolated in between;
 * ``iteration_s``: the loop's non-model seconds per iteration, by structure
-  ('autoregressive', 'chain', 'tree', 'hierarchy'; ``scripts/
-  bench_overhead.py`` measures them);
+  ('autoregressive', 'chain', 'tree', 'hierarchy'; 'draft': per drafted
+  token of a chain; ``scripts/bench_overhead.py`` measures them, ``tune``
+  fits them);
 * ``call_s``: fixed seconds per decode call (host prep, encode, prefill;
   ``tune_measure.split_target`` measures it from target-only decodes of
   two lengths).
@@ -36,7 +37,9 @@ import numpy as np
 
 from specdec_jax import timing
 
-STRUCTURES = ("autoregressive", "chain", "tree", "hierarchy")
+# 'draft': non-model seconds per DRAFTED token of a chain (the drafter's
+# inner loop: its sampling, cache writes); the others: per iteration.
+STRUCTURES = ("autoregressive", "chain", "draft", "tree", "hierarchy")
 
 
 def chain_tokens(alpha: float, gamma: int) -> float:
@@ -100,8 +103,8 @@ class CostModel:
     ``drafter`` verified by the target, at pairwise acceptance ``alpha``."""
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
       raise ValueError(f"gamma must be an integer >= 1, got {gamma!r}")
-    secs = (gamma * self.call(drafter, 1) + self.call(-1, gamma + 1) +
-            self.overhead("chain"))
+    secs = (gamma * (self.call(drafter, 1) + self.overhead("draft")) +
+            self.call(-1, gamma + 1) + self.overhead("chain"))
     return secs / chain_tokens(alpha, gamma)
 
   def chain_decode(self, alpha: float, gamma: int, new_tokens: int,
@@ -109,7 +112,7 @@ class CostModel:
     """Seconds of one decode call of ``new_tokens`` tokens per row with a
     chain: ``call_s`` plus new_tokens / chain_tokens(alpha, gamma)
     iterations, each gamma drafter steps, one target block of gamma + 1
-    and the chain's loop overhead. The fixed part is paid once per call,
+    and the chain's loop overheads. The fixed part is paid once per call,
     so a longer chain (fewer iterations) does not amortise it any
     differently than a shorter one."""
     per_iter = self.chain(alpha, gamma, drafter) * chain_tokens(alpha, gamma)

@@ -5,7 +5,7 @@ back with target-only (compile excluded); ``predict_chains`` prices every
 chain gamma with the CostModel (``fit_chains``: the models' call costs, the
 fixed cost per decode call and target-only's loop overhead from target-only
 decodes of two lengths, the chain's loop overhead and alpha from one anchor
-chain); ``agreement`` is the default quality.
+chain, all timed interleaved); ``agreement`` is the default quality.
 """
 
 from __future__ import annotations
@@ -125,25 +125,40 @@ class DecodeMeasurer:
                           statistics.median(ratios[c]), quality=quality))
     return out
 
+  def split_timers(self, batch: int) -> dict:
+    """{'full', 'half'}: timers (``timing.Timer``: seconds of one pass over
+    the rows) of target-only decodes of new_tokens and new_tokens // 2
+    tokens, to interleave with other timings (``timing.medians``)."""
+    base_c = Candidate("target_only", Chain(1), (len(self.models) - 1,))
+    full = self.runner(base_c, batch)
+    half = self.runner(base_c, batch, new_tokens=self.half_tokens)
+    return {"full": lambda: full(self.seed + 1)[0],
+            "half": lambda: half(self.seed + 1)[0]}
+
+  @property
+  def half_tokens(self) -> int:
+    return max(1, self.new // 2)
+
   def split_target(self, batch: int) -> tuple[float, float]:
     """(fixed seconds per decode call, seconds per target-only step) at
-    ``batch``: target-only decodes of new_tokens and new_tokens // 2
-    timed back to back (``repeats`` pairs, medians); the difference is
-    the per-token part, the rest of a call is fixed (host prep, encode,
-    prefill, dispatch). Cached per batch size."""
+    ``batch`` (:func:`fixed_and_step` of :meth:`split_timers`' medians).
+    Cached per batch size."""
     if batch not in self._split:
-      base_c = Candidate("target_only", Chain(1), (len(self.models) - 1,))
-      half_n = max(1, self.new // 2)
-      full = self.runner(base_c, batch)
-      half = self.runner(base_c, batch, new_tokens=half_n)
-      pairs = [(full(self.seed + r + 1)[0], half(self.seed + r + 1)[0])
-               for r in range(self.repeats)]
-      chunks = self.chunks(batch)
-      step = max(statistics.median(f - h for f, h in pairs), 0.0) / (
-          (self.new - half_n) * chunks) if self.new > half_n else 0.0
-      fixed = statistics.median(f for f, _ in pairs) / chunks - self.new * step
-      self._split[batch] = (max(fixed, 0.0), step)
+      med = timing.medians(self.split_timers(batch), self.repeats)
+      self._split[batch] = fixed_and_step(
+          med["full"], med["half"], self.new, self.half_tokens,
+          self.chunks(batch))
     return self._split[batch]
+
+  def call_shape(self) -> dict:
+    """``timing.step_timer``'s context / encoder_len for calls shaped like
+    this measurer's decodes: a model call's cost grows with the cached
+    tokens it attends to (decoder-only: the prompt plus half the new
+    tokens; encoder-decoder: the decoder's own tokens, and cross-attention
+    over the encoded input)."""
+    if self.enc:
+      return dict(context=self.new // 2 + 1, encoder_len=self.width)
+    return dict(context=self.width + self.new // 2)
 
   def chunks(self, batch: int) -> int:
     """Decode calls per pass over the rows at ``batch``."""
@@ -158,7 +173,18 @@ class DecodeMeasurer:
     return float(self.quality_fn(toks, ref))
 
 
-def _alpha(eff: float, gamma: int) -> float:
+def fixed_and_step(full: float, half: float, new: int, half_new: int,
+                   chunks: int) -> tuple[float, float]:
+  """(fixed seconds per decode call, seconds per step) from the seconds of
+  one pass of ``chunks`` target-only calls of ``new`` and ``half_new``
+  tokens: the difference is the per-token part, the rest of a call is
+  fixed (host prep, encode, prefill, dispatch)."""
+  step = max(full - half, 0.0) / ((new - half_new) * chunks) if (
+      new > half_new) else 0.0
+  return max(full / chunks - new * step, 0.0), step
+
+
+def solve_alpha(eff: float, gamma: int) -> float:
   """Solves chain_tokens(a, gamma) = eff for a in [0, 1]."""
   lo, hi = 0.0, 1.0
   if eff >= gamma + 1:
@@ -173,71 +199,107 @@ def _alpha(eff: float, gamma: int) -> float:
 _TIMERS = {}
 
 
-def _step_timer(model, params, batch: int, width: int):
+def _step_timer(model, params, batch: int, width: int, **shape):
   """``timing.step_timer``, compiled once per (model, params, batch,
-  width) in this process (a tune at another temperature reuses it)."""
-  key = (id(model), id(params), batch, width)
+  width, shape) in this process (a tune at another temperature reuses
+  it)."""
+  key = (id(model), id(params), batch, width, tuple(sorted(shape.items())))
   if key not in _TIMERS:
     _TIMERS[key] = (model, params, timing.step_timer(model, params, batch,
-                                                     width))
+                                                     width, **shape))
   return _TIMERS[key][2]
 
 
-def _time_calls(measurer, levels, batch: int, widths) -> costs_lib.CostModel:
-  """Call costs of the drafter (at 1) and the target (at ``widths``)."""
+def call_timers(measurer, levels, batch: int, widths) -> dict:
+  """{('t', w)}: the target's call at every width; 'q': the drafter's at 1
+  (absent when parameter-free); shaped like the measurer's decodes
+  (``call_shape``)."""
   (dm, dp), (tm, tp) = [(measurer.models[i], measurer.params[i])
                         for i in levels]
-  timers = {w: _step_timer(tm, tp, batch, w) for w in widths}
-  free = costs_lib.parameter_free(dm, dp)
-  if not free:
-    timers["q"] = _step_timer(dm, dp, batch, 1)
-  med = timing.medians(timers, 3)
-  q = 0.0 if free else med["q"]
-  return costs_lib.CostModel(tuple(widths), ((q,) * len(widths), tuple(
-      med[w] for w in widths)), batch)
+  shape = measurer.call_shape()
+  timers = {("t", w): _step_timer(tm, tp, batch, w, **shape) for w in widths}
+  if not costs_lib.parameter_free(dm, dp):
+    timers["q"] = _step_timer(dm, dp, batch, 1, **shape)
+  return timers
 
 
-def fit_chains(measurer: DecodeMeasurer, anchor: Measured, batch: int,
+def calls_model(med: dict, widths, batch: int) -> costs_lib.CostModel:
+  """The CostModel of :func:`call_timers`' medians (no overheads yet)."""
+  return costs_lib.CostModel(tuple(widths), (
+      (med.get("q", 0.0),) * len(widths),
+      tuple(med[("t", w)] for w in widths)), batch)
+
+
+def fit_chains(measurer: DecodeMeasurer, anchors, batch: int,
                gammas: Sequence[int], calls: costs_lib.CostModel | None = None
-               ) -> tuple[costs_lib.CostModel, float]:
-  """(CostModel, alpha) of the anchor's drafter/target pair at ``batch``.
+               ) -> tuple[costs_lib.CostModel, tuple]:
+  """(CostModel, ((gamma, alpha), ...)) of the anchors' drafter/target pair.
 
-  ``calls`` (None: timed here) gives the call costs: model 0 the drafter,
-  the last the target; ``timing.step_timer`` times the target at 1, at the
-  anchor's block and at the widest block (linear in between) and the
-  drafter at 1 (0 when parameter-free). The fixed seconds per decode call
-  and target-only's loop overhead come from ``measurer.split_target``;
-  alpha solves chain_tokens(alpha, g0) = the anchor's tokens per verifier
-  call; the chain's loop overhead per iteration is what the anchor's time
-  per call (target-only's over the anchor's measured ratio to it) leaves
-  after the fixed part and its model calls.
+  ``anchors``: one or two measured chains (``Measured``) of the same pair.
+  One interleaved timing (``timing.medians``: every timer once per repeat,
+  in turn, so a machine whose speed drifts moves them together) of:
+  target-only decodes of two lengths (the fixed seconds per decode call
+  and the per-token part, :func:`fixed_and_step`), each anchor's decode,
+  and -- unless ``calls`` gives them (model 0 the drafter, the last the
+  target) -- each model's call (:func:`call_timers`: the target at EVERY
+  width 1..max(gammas) + 1, XLA:CPU's cost is not linear in the width, the
+  drafter at 1, 0 when parameter-free; at the decodes' lengths). Each
+  anchor's alpha solves chain_tokens(alpha, g) = its tokens per verifier
+  call (:func:`alpha_at` interpolates between anchors); what an anchor's
+  time per call leaves after the fixed part and its model calls is its
+  loop overhead per iteration, fitted as 'chain' + g x 'draft' (one
+  anchor: 'chain' only).
   """
-  g0 = anchor.candidate.structure.gamma
-  cm = calls or _time_calls(measurer, anchor.candidate.levels, batch,
-                            sorted({1, g0 + 1, max(gammas) + 1}))
-  fixed, step = measurer.split_target(batch)
-  new = measurer.new
-  stats = measurer.stats[(anchor.candidate, batch)]
-  iters = max(stats["iterations"], 1) / measurer.chunks(batch)  # per call
-  alpha = _alpha(new / iters, g0)
-  # Seconds per decode call of the anchor: target-only's call (timed at
-  # two lengths) over the anchor's back-to-back ratio to it -- robust to
-  # the machine's speed drifting between timings (absolute tokens/s
-  # measured minutes apart can differ by 1.5x on a loaded machine).
-  anchor_s = (fixed + new * step) / max(anchor.ratio, 1e-12)
-  chain_s = max((anchor_s - fixed) / iters - g0 * cm.call(0, 1) -
-                cm.call(-1, g0 + 1), 0.0)
+  anchors = [anchors] if isinstance(anchors, Measured) else list(anchors)
+  anchors.sort(key=lambda a: a.candidate.structure.gamma)
+  gs = [a.candidate.structure.gamma for a in anchors]
+  if not 1 <= len(anchors) <= 2 or len(set(gs)) != len(gs):
+    raise ValueError(f"fit_chains takes one or two anchor chains of "
+                     f"different gammas, got gammas {gs}")
+  widths = tuple(range(1, max(max(gammas), *gs) + 2))
+  timers = measurer.split_timers(batch)
+  for a in anchors:
+    run = measurer.runner(a.candidate, batch)
+    timers[("anchor", a.candidate)] = (
+        lambda run=run: run(measurer.seed + 1)[0])
+  if calls is None:
+    timers.update(call_timers(measurer, anchors[0].candidate.levels, batch,
+                              widths))
+  med = timing.medians(timers, measurer.repeats)
+  chunks, new = measurer.chunks(batch), measurer.new
+  fixed, step = fixed_and_step(med["full"], med["half"], new,
+                               measurer.half_tokens, chunks)
+  cm = calls or calls_model(med, widths, batch)
+  alphas, rest = [], []
+  for g, a in zip(gs, anchors):
+    iters = max(measurer.stats[(a.candidate, batch)]["iterations"],
+                1) / chunks  # verifier calls per decode call
+    alphas.append((g, solve_alpha(new / iters, g)))
+    rest.append((med[("anchor", a.candidate)] / chunks - fixed) / iters
+                - g * cm.call(0, 1) - cm.call(-1, g + 1))
+  per_draft = 0.0 if len(gs) == 1 else max(
+      (rest[1] - rest[0]) / (gs[1] - gs[0]), 0.0)
+  chain_s = max(statistics.mean(r - g * per_draft for g, r in zip(gs, rest)),
+                0.0)
   return costs_lib.CostModel(cm.widths, cm.seconds, batch, (
       ("autoregressive", max(step - cm.call(-1, 1), 0.0)),
-      ("chain", chain_s)), fixed), alpha
+      ("chain", chain_s), ("draft", per_draft)), fixed), tuple(alphas)
 
 
-def predict_chains(measurer: DecodeMeasurer, anchor: Measured, base: Measured,
+def alpha_at(alphas, gamma: int) -> float:
+  """alpha at ``gamma``: linear between the anchors' (gamma, alpha)
+  points, constant past them."""
+  return float(np.interp(gamma, [g for g, _ in alphas],
+                         [a for _, a in alphas]))
+
+
+def predict_chains(measurer: DecodeMeasurer, anchors, base: Measured,
                    batch: int, gammas: Sequence[int]) -> dict[int, float]:
-  """{gamma: predicted tokens/s}: :func:`fit_chains`'s CostModel prices a
-  decode call of every gamma (``CostModel.chain_decode``)."""
+  """{gamma: predicted tokens/s}: :func:`fit_chains`'s CostModel (one or
+  two anchor chains) prices a decode call of every gamma
+  (``CostModel.chain_decode``)."""
   del base  # target-only's call is re-timed at two lengths (split_target)
-  model, alpha = fit_chains(measurer, anchor, batch, gammas)
-  return {g: batch * measurer.new / model.chain_decode(alpha, g,
-                                                       measurer.new)
+  model, alphas = fit_chains(measurer, anchors, batch, gammas)
+  new = measurer.new
+  return {g: batch * new / model.chain_decode(alpha_at(alphas, g), g, new)
           for g in gammas}

@@ -25,7 +25,7 @@ Cost: one compile per candidate and batch size plus short decodes. With
 ``price=True`` the CostModel (``costs.py``, fitted by
 ``tune_measure.fit_chains``: call costs timed by ``timing.step_timer``, the
 fixed cost per decode call from target-only decodes of two lengths, alpha
-and the chain's loop overhead from one anchor chain) predicts every chain's
+and the chain's loop overheads from two anchor chains) predicts every chain's
 tokens/s (``predicted_tps``) and only the ``prune`` best predicted gammas
 are decoded.
 """
@@ -130,25 +130,36 @@ def conservative_ratio(m: Measured, base: Measured) -> float:
 
 
 
+def anchors(chains: Sequence[Candidate]) -> list[Candidate]:
+  """The chains tune decodes first to fit the CostModel: those at a
+  quarter and three quarters of the gamma range (gammas 1-8: 3 and 7), or
+  the middle one when there are fewer than 4."""
+  chains = sorted(chains, key=lambda c: c.structure.gamma)
+  if len(chains) < 4:
+    return [chains[len(chains) // 2]]
+  return [chains[len(chains) // 4], chains[3 * len(chains) // 4]]
+
+
 def _measure_batch(measurer, cands, b: int, pricing: bool,
                    prune: int | None) -> list[Measured]:
   """Every candidate measured at batch ``b`` (target-only first); with
-  ``pricing`` the CostModel predicts each chain from one anchor chain and
-  only the ``prune`` best predicted chains are decoded."""
+  ``pricing`` the CostModel predicts each chain from two anchor chains
+  (one when fewer than 4 gammas; ``anchors``) and only the ``prune`` best
+  predicted chains are decoded besides them."""
   chains = [c for c in cands if c.method == "spec_decode"
             and isinstance(c.structure, Chain)]
   rest = [c for c in cands if c not in chains]
   predicted = {}
   if pricing and chains:
-    anchor = chains[len(chains) // 2]
-    first = measurer.measure([anchor], b)
+    anchor = anchors(chains)
+    first = measurer.measure(anchor, b)
     base = first[0]
-    pred = predict_chains(measurer, first[1], base, b,
+    pred = predict_chains(measurer, first[1:], base, b,
                           [c.structure.gamma for c in chains])
     predicted = {c: pred[c.structure.gamma] for c in chains}
     predicted[base.candidate] = base.tps  # fitted to it
     keep = sorted(chains, key=lambda c: -predicted[c])[:prune or None]
-    todo = [c for c in keep if c != anchor] + [
+    todo = [c for c in keep if c not in anchor] + [
         c for c in rest if c.method != "target_only"]
     measured = first + measurer.measure(todo, b)[1:]
   else:

@@ -1,0 +1,39 @@
+"""scripts/cost_model_check.py: the previous model's price and the counts
+of its report (the timed run itself is a benchmark, not a test)."""
+
+import pytest
+
+from specdec_jax.decoding.planners import costs as costs_lib
+from tests import load_script
+
+
+def _load():
+  return load_script("cost_model_check", "cost_model_check_under_test")
+
+
+def test_before_folds_the_fixed_cost_into_the_anchors_iterations():
+  mod = _load()
+  calls = costs_lib.CostModel((1, 4, 8), ((1e-4,) * 3, (1e-3, 1.2e-3, 2e-3)))
+  world = costs_lib.CostModel(calls.widths, calls.seconds, 1,
+                              (("chain", 5e-5),), 4e-3)
+  alpha, g0, g, new = 0.8, 3, 6, 16
+  call0 = world.chain_decode(alpha, g0, new)  # the anchor's measured call
+  # The previous model's seconds per token: (g q + t(g + 1) + chain
+  # overhead + call_s / iterations of the ANCHOR) / tokens per iteration.
+  folded = 5e-5 + 4e-3 / (new / costs_lib.chain_tokens(alpha, g0))
+  per_token = (g * 1e-4 + calls.call(-1, g + 1) + folded) / (
+      costs_lib.chain_tokens(alpha, g))
+  before = mod._before(calls, alpha, g0, call0, g, new)
+  assert before == pytest.approx(new * per_token)
+  # At the anchor both models agree; elsewhere the new one pays call_s once.
+  assert mod._before(calls, alpha, g0, call0, g0, new) == pytest.approx(call0)
+  assert before < world.chain_decode(alpha, g, new)
+
+
+def test_within_skips_the_fitted_anchor():
+  mod = _load()
+  rows = [dict(fitted=True, p=2.0, measured_tps=1.0, ratio=1.0),
+          dict(fitted=False, p=1.05, measured_tps=1.0, ratio=2.0),
+          dict(fitted=False, p=1.2, measured_tps=1.0, ratio=1.2)]
+  assert mod.within(rows, "p") == (1, 2)
+  assert mod.within(rows, "p", "ratio") == (1, 2)
