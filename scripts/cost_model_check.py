@@ -9,7 +9,9 @@ the model is fitted exactly as ``planners.tune`` fits it
 every block width at the decodes' lengths, target-only decodes of two
 lengths for the fixed seconds per call, and TWO anchor chains (gammas 3
 and 7) for alpha and the loop overhead per iteration and per draft) on
-CALIBRATION prompts. Then EVERY chain gamma is decoded and timed back to
+CALIBRATION prompts; iterations per call are the exact expectation with
+the last one cut at new_tokens (``costs.chain_iterations``). Then EVERY
+chain gamma is decoded and timed back to
 back with target-only (median over repeats, each timing at least
 --min_seconds, compile excluded) twice:
 
@@ -24,7 +26,9 @@ back with target-only (median over repeats, each timing at least
 
 "before" prices each cell with the previous model, fitted as it was (one
 anchor, gamma 5, from the same calibration pass; the fixed cost per call
-folded into the anchor's per-iteration overhead; one alpha). A cell is
+folded into the anchor's per-iteration overhead; one alpha; iterations
+new_tokens / E[tokens per iteration], ignoring that the last iteration is
+cut at new_tokens). A cell is
 "within 10%" when |predicted / measured - 1| <= 0.10 (tokens/s; and the
 speedup over target-only, predicted vs the back-to-back measured ratio);
 the anchors are fitted and not counted. Writes <out>.md and <out>.json.
@@ -66,9 +70,20 @@ def _before(calls: costs_lib.CostModel, alpha0: float, g0: int,
   the anchor's iterations, not paid once."""
   iters0 = new / costs_lib.chain_tokens(alpha0, g0)
   rest = call0_s / iters0 - g0 * calls.call(0, 1) - calls.call(-1, g0 + 1)
-  folded = costs_lib.CostModel(calls.widths, calls.seconds, calls.batch,
-                               (("chain", max(rest, 0.0)),))
-  return folded.chain_decode(alpha0, g, new)
+  per_iter = g * calls.call(0, 1) + calls.call(-1, g + 1) + max(rest, 0.0)
+  return new / costs_lib.chain_tokens(alpha0, g) * per_iter
+
+
+def _old_alpha(eff: float, gamma: int) -> float:
+  """The previous model's alpha: chain_tokens(alpha, gamma) = eff."""
+  lo, hi = 0.0, 1.0
+  if eff >= gamma + 1:
+    return 1.0
+  for _ in range(50):
+    mid = 0.5 * (lo + hi)
+    lo, hi = (mid, hi) if costs_lib.chain_tokens(mid, gamma) < eff else (
+        lo, mid)
+  return 0.5 * (lo + hi)
 
 
 def cell(ms, ps, calib, held, enc, temp: float, b: int, args) -> list[dict]:
@@ -90,9 +105,9 @@ def cell(ms, ps, calib, held, enc, temp: float, b: int, args) -> list[dict]:
   # The previous model, fitted as it was: one anchor (gamma --old_anchor)
   # from the same calibration pass.
   old = measured["calibration"][chains[args.old_anchor]]
-  old_alpha = tune_measure.solve_alpha(
-      new * cal.chunks(b) / max(cal.stats[(old.candidate, b)]["iterations"],
-                                1), args.old_anchor)
+  old_eff = new * cal.chunks(b) / max(
+      cal.stats[(old.candidate, b)]["iterations"], 1)  # tokens / iteration
+  old_alpha = _old_alpha(old_eff, args.old_anchor)
   old_call_s = b * new / old.tps
   ho = tune_measure.DecodeMeasurer(ms, ps, held, enc, new, sampling,
                                    args.repeats, seed=100,

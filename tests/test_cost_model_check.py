@@ -18,16 +18,19 @@ def test_before_folds_the_fixed_cost_into_the_anchors_iterations():
                               (("chain", 5e-5),), 4e-3)
   alpha, g0, g, new = 0.8, 3, 6, 16
   call0 = world.chain_decode(alpha, g0, new)  # the anchor's measured call
-  # The previous model's seconds per token: (g q + t(g + 1) + chain
-  # overhead + call_s / iterations of the ANCHOR) / tokens per iteration.
-  folded = 5e-5 + 4e-3 / (new / costs_lib.chain_tokens(alpha, g0))
-  per_token = (g * 1e-4 + calls.call(-1, g + 1) + folded) / (
+  # The previous model: what the anchor's time per iteration (iterations
+  # = new / E[tokens per iteration]) leaves after its model calls is
+  # charged per iteration at every g: (g q + t(g + 1) + rest) seconds per
+  # chain_tokens(alpha, g) tokens.
+  iters0 = new / costs_lib.chain_tokens(alpha, g0)
+  rest = call0 / iters0 - g0 * 1e-4 - calls.call(-1, g0 + 1)
+  per_token = (g * 1e-4 + calls.call(-1, g + 1) + rest) / (
       costs_lib.chain_tokens(alpha, g))
-  before = mod._before(calls, alpha, g0, call0, g, new)
-  assert before == pytest.approx(new * per_token)
-  # At the anchor both models agree; elsewhere the new one pays call_s once.
+  assert mod._before(calls, alpha, g0, call0, g, new) == pytest.approx(
+      new * per_token)
   assert mod._before(calls, alpha, g0, call0, g0, new) == pytest.approx(call0)
-  assert before < world.chain_decode(alpha, g, new)
+  assert mod._old_alpha(costs_lib.chain_tokens(0.7, 4), 4) == pytest.approx(
+      0.7)
 
 
 def test_within_skips_the_fitted_anchor():

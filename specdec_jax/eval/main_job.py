@@ -50,7 +50,8 @@ import time
 from typing import Callable, Mapping, Sequence
 
 from specdec_jax.decoding import registry
-from specdec_jax.eval import auto_rows, drafts, harness, plots, report
+from specdec_jax.eval import (auto_report, auto_rows, drafts, harness, plots,
+                              report)
 
 DEFAULT_PAIRS = ("t5_codegen", "gemma_completion")
 DEFAULT_NUM_EXAMPLES = 64
@@ -286,8 +287,8 @@ def run_main_job(out_dir: str, pairs: Sequence[str] | None = None,
   print_fn("\n" + report.results_table(all_aggs))
   print_fn(report.summary_table(summaries))
   if autos:
-    auto_rows.append_to_summary(md, autos)
-    print_fn(auto_rows.rows_table(autos))
+    auto_report.append_to_summary(md, autos)
+    print_fn(auto_report.rows_table(autos))
   print_fn(f"wrote {results_path}, {js}, {md}, "
            + ", ".join(plot_paths) + f" in {timings['total_s']:.0f} s")
   return dict(aggregates=all_aggs, summary=summaries, outcomes=outcomes,

@@ -70,9 +70,24 @@ def test_chain_decode_pays_the_fixed_part_once_per_call():
   cm = costs_lib.CostModel((1, 4, 8), _model().seconds, 1,
                            (("chain", 5e-5), ("autoregressive", 1e-4)),
                            5e-3)
-  assert cm.chain_decode(0.8, 3, 16) == pytest.approx(
-      5e-3 + 16 / 2.952 * 1.55e-3)
+  iters = costs_lib.chain_iterations(0.8, 3, 16)
+  assert 16 / 2.952 < iters < 16 / 2.952 + 1  # the last one is cut at 16
+  assert cm.chain_decode(0.8, 3, 16) == pytest.approx(5e-3 + iters * 1.55e-3)
   assert cm.target_only_decode(16) == pytest.approx(5e-3 + 16 * 1.1e-3)
+
+
+def test_chain_iterations_by_hand():
+  # Every draft accepted: ceil(16 / (gamma + 1)) iterations, not 16 / 5.
+  assert costs_lib.chain_iterations(1.0, 4, 16) == 4
+  assert costs_lib.chain_iterations(1.0, 3, 16) == 4
+  assert costs_lib.chain_iterations(0.0, 5, 16) == 16  # one token each
+  # gamma 1, alpha 0.5: 1 or 2 tokens with probability 1/2 each; for 2
+  # tokens: 1 + (1/2) x 1 (one emitted, one left) + (1/2) x 0 = 1.5; for 3:
+  # 1 + (1/2) x 1.5 + (1/2) x 1 = 2.25.
+  assert costs_lib.chain_iterations(0.5, 1, 2) == pytest.approx(1.5)
+  assert costs_lib.chain_iterations(0.5, 1, 3) == pytest.approx(2.25)
+  with pytest.raises(ValueError, match="alpha must be in"):
+    costs_lib.chain_iterations(1.5, 2, 4)
 
 
 class _FakeMeasurer:
@@ -100,7 +115,7 @@ class _FakeMeasurer:
     from specdec_jax.decoding.planners.auto import Candidate, Measured  # pylint: disable=g-import-not-at-top
     from specdec_jax.decoding.strategy import Chain  # pylint: disable=g-import-not-at-top
     c = Candidate("spec_decode", Chain(gamma), (0, 1))
-    iters = 16 / costs_lib.chain_tokens(self.alpha, gamma)  # per call
+    iters = costs_lib.chain_iterations(self.alpha, gamma, 16)  # per call
     self.stats[(c, batch)] = dict(tokens=4 * 16, iterations=iters * 2)
     return Measured(c, 1.0, 1.0)  # fit_chains re-times the anchors
 

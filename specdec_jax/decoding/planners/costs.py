@@ -51,6 +51,28 @@ def chain_tokens(alpha: float, gamma: int) -> float:
   return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
 
 
+def chain_iterations(alpha: float, gamma: int, new_tokens: int) -> float:
+  """Expected chain iterations to emit ``new_tokens`` tokens.
+
+  Each iteration emits k = 1..gamma + 1 tokens (k - 1 drafts accepted,
+  then a residual or bonus token): P(k) = alpha^(k-1) (1 - alpha) for
+  k <= gamma, alpha^gamma for k = gamma + 1; the decode stops at
+  new_tokens, so the last iteration may emit fewer than it could. Exact
+  for i.i.d. acceptance (a recursion over the tokens left), where
+  new_tokens / chain_tokens(alpha, gamma) is not: at alpha = 1, 16 tokens
+  take 4 iterations of gamma 4 (5 tokens each), not 3.2.
+  """
+  if not 0.0 <= alpha <= 1.0:
+    raise ValueError(f"alpha must be in [0, 1], got {alpha!r}")
+  probs = [alpha ** (k - 1) * (1.0 - alpha) for k in range(1, gamma + 1)]
+  probs.append(alpha ** gamma)  # [gamma + 1]: k = 1..gamma + 1
+  left = [0.0] * (int(new_tokens) + 1)  # left[n]: iterations for n tokens
+  for n in range(1, len(left)):
+    left[n] = 1.0 + sum(p * left[max(n - k, 0)]
+                        for k, p in enumerate(probs, start=1))
+  return left[-1]
+
+
 @dataclasses.dataclass(frozen=True)
 class CostModel:
   """Measured costs of a model stack at one batch size.
@@ -110,13 +132,13 @@ class CostModel:
   def chain_decode(self, alpha: float, gamma: int, new_tokens: int,
                    drafter: int = 0) -> float:
     """Seconds of one decode call of ``new_tokens`` tokens per row with a
-    chain: ``call_s`` plus new_tokens / chain_tokens(alpha, gamma)
-    iterations, each gamma drafter steps, one target block of gamma + 1
-    and the chain's loop overheads. The fixed part is paid once per call,
-    so a longer chain (fewer iterations) does not amortise it any
-    differently than a shorter one."""
+    chain: ``call_s`` plus ``chain_iterations`` iterations, each gamma
+    drafter steps, one target block of gamma + 1 and the chain's loop
+    overheads. The fixed part is paid once per call, so a longer chain
+    (fewer iterations) does not amortise it any differently than a
+    shorter one."""
     per_iter = self.chain(alpha, gamma, drafter) * chain_tokens(alpha, gamma)
-    return self.call_s + new_tokens / chain_tokens(alpha, gamma) * per_iter
+    return self.call_s + chain_iterations(alpha, gamma, new_tokens) * per_iter
 
   def target_only_decode(self, new_tokens: int) -> float:
     """Seconds of one target-only decode call of ``new_tokens`` tokens."""
@@ -199,5 +221,6 @@ def measure(levels: Sequence, batch: int = 1,
                    tuple(sorted((iteration_s or {}).items())), call_s)
 
 
-__all__ = ["CostModel", "STRUCTURES", "chain_tokens", "measure",
+__all__ = ["CostModel", "STRUCTURES", "chain_iterations", "chain_tokens",
+           "measure",
            "parameter_free"]

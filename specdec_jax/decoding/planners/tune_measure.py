@@ -184,15 +184,17 @@ def fixed_and_step(full: float, half: float, new: int, half_new: int,
   return max(full / chunks - new * step, 0.0), step
 
 
-def solve_alpha(eff: float, gamma: int) -> float:
-  """Solves chain_tokens(a, gamma) = eff for a in [0, 1]."""
+def solve_alpha(iterations: float, gamma: int, new_tokens: int) -> float:
+  """The alpha in [0, 1] at which a chain of ``gamma`` takes
+  ``iterations`` (measured verifier calls per decode call) to emit
+  ``new_tokens`` (``costs.chain_iterations``, decreasing in alpha)."""
   lo, hi = 0.0, 1.0
-  if eff >= gamma + 1:
+  if iterations <= costs_lib.chain_iterations(1.0, gamma, new_tokens):
     return 1.0
-  for _ in range(50):
+  for _ in range(40):
     mid = 0.5 * (lo + hi)
-    lo, hi = (mid, hi) if costs_lib.chain_tokens(mid, gamma) < eff else (
-        lo, mid)
+    lo, hi = (mid, hi) if costs_lib.chain_iterations(
+        mid, gamma, new_tokens) > iterations else (lo, mid)
   return 0.5 * (lo + hi)
 
 
@@ -244,8 +246,8 @@ def fit_chains(measurer: DecodeMeasurer, anchors, batch: int,
   target) -- each model's call (:func:`call_timers`: the target at EVERY
   width 1..max(gammas) + 1, XLA:CPU's cost is not linear in the width, the
   drafter at 1, 0 when parameter-free; at the decodes' lengths). Each
-  anchor's alpha solves chain_tokens(alpha, g) = its tokens per verifier
-  call (:func:`alpha_at` interpolates between anchors); what an anchor's
+  anchor's alpha solves chain_iterations(alpha, g, new) = its verifier
+  calls per decode call (:func:`alpha_at` interpolates between anchors); what an anchor's
   time per call leaves after the fixed part and its model calls is its
   loop overhead per iteration, fitted as 'chain' + g x 'draft' (one
   anchor: 'chain' only).
@@ -274,7 +276,7 @@ def fit_chains(measurer: DecodeMeasurer, anchors, batch: int,
   for g, a in zip(gs, anchors):
     iters = max(measurer.stats[(a.candidate, batch)]["iterations"],
                 1) / chunks  # verifier calls per decode call
-    alphas.append((g, solve_alpha(new / iters, g)))
+    alphas.append((g, solve_alpha(iters, g, new)))
     rest.append((med[("anchor", a.candidate)] / chunks - fixed) / iters
                 - g * cm.call(0, 1) - cm.call(-1, g + 1))
   per_draft = 0.0 if len(gs) == 1 else max(
