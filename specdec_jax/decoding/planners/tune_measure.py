@@ -232,6 +232,21 @@ def calls_model(med: dict, widths, batch: int) -> costs_lib.CostModel:
       tuple(med[("t", w)] for w in widths)), batch)
 
 
+def _counting_timer(run, seed: int, seen: list):
+  """A Timer of ``run`` (a DecodeMeasurer runner) over seeds seed + 1,
+  seed + 2, ... (as ``measure`` times them) that appends each pass's
+  verifier calls to ``seen``: the anchor's time and its iterations come
+  from the same decodes (at T > 0 they vary with the seed)."""
+  seeds = iter(range(seed + 1, seed + 1_000_000))
+
+  def timed() -> float:
+    secs, _, iters = run(next(seeds))
+    seen.append(iters)
+    return secs
+
+  return timed
+
+
 def fit_chains(measurer: DecodeMeasurer, anchors, batch: int,
                gammas: Sequence[int], calls: costs_lib.CostModel | None = None
                ) -> tuple[costs_lib.CostModel, tuple]:
@@ -247,7 +262,7 @@ def fit_chains(measurer: DecodeMeasurer, anchors, batch: int,
   width 1..max(gammas) + 1, XLA:CPU's cost is not linear in the width, the
   drafter at 1, 0 when parameter-free; at the decodes' lengths). Each
   anchor's alpha solves chain_iterations(alpha, g, new) = its verifier
-  calls per decode call (:func:`alpha_at` interpolates between anchors); what an anchor's
+  calls per decode call (mean over the timed passes, seeds as ``measure``) (:func:`alpha_at` interpolates between anchors); what an anchor's
   time per call leaves after the fixed part and its model calls is its
   loop overhead per iteration, fitted as 'chain' + g x 'draft' (one
   anchor: 'chain' only).
@@ -260,10 +275,11 @@ def fit_chains(measurer: DecodeMeasurer, anchors, batch: int,
                      f"different gammas, got gammas {gs}")
   widths = tuple(range(1, max(max(gammas), *gs) + 2))
   timers = measurer.split_timers(batch)
+  seen = {a.candidate: [] for a in anchors}  # verifier calls per pass
   for a in anchors:
-    run = measurer.runner(a.candidate, batch)
-    timers[("anchor", a.candidate)] = (
-        lambda run=run: run(measurer.seed + 1)[0])
+    timers[("anchor", a.candidate)] = _counting_timer(
+        measurer.runner(a.candidate, batch), measurer.seed,
+        seen[a.candidate])
   if calls is None:
     timers.update(call_timers(measurer, anchors[0].candidate.levels, batch,
                               widths))
@@ -274,8 +290,7 @@ def fit_chains(measurer: DecodeMeasurer, anchors, batch: int,
   cm = calls or calls_model(med, widths, batch)
   alphas, rest = [], []
   for g, a in zip(gs, anchors):
-    iters = max(measurer.stats[(a.candidate, batch)]["iterations"],
-                1) / chunks  # verifier calls per decode call
+    iters = max(statistics.mean(seen[a.candidate]), 1) / chunks  # per call
     alphas.append((g, solve_alpha(iters, g, new)))
     rest.append((med[("anchor", a.candidate)] / chunks - fixed) / iters
                 - g * cm.call(0, 1) - cm.call(-1, g + 1))
