@@ -4,6 +4,8 @@ r"""First and second invocation wall times of the CLI, before vs after.
         --after=. --modes=decode,eval --repeats=3 \
         --out=benchmarks/results/cli_latency.json
 
+(without ``--before``: the ``--after`` checkout alone).
+
 For each checkout (source tree with gin/ and specdec_jax/; imported by
 putting it first on PYTHONPATH) and each mode, a fresh compilation cache
 directory: the "first" run fills it, then the "second" run is repeated
@@ -79,7 +81,8 @@ def run_once(tree: str, mode: str, cache: str, sweep: str,
 
 def main(argv=None) -> None:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--before", required=True)
+  ap.add_argument("--before", default=None,
+                  help="the old checkout (omit: time --after alone)")
   ap.add_argument("--after", required=True)
   ap.add_argument("--modes", default="decode")
   ap.add_argument("--repeats", type=int, default=3)
@@ -87,8 +90,9 @@ def main(argv=None) -> None:
   ap.add_argument("--timeout", type=float, default=3600)
   ap.add_argument("--out", default=None)
   args = ap.parse_args(argv)
-  trees = {"before": os.path.abspath(args.before),
-           "after": os.path.abspath(args.after)}
+  trees = {"after": os.path.abspath(args.after)}
+  if args.before:
+    trees = {"before": os.path.abspath(args.before), **trees}
   result = dict(command=" ".join(sys.argv), uptime=subprocess.run(
       ["uptime"], capture_output=True, text=True).stdout.strip(), modes={})
   for mode in args.modes.split(","):
