@@ -195,8 +195,9 @@ def report(args, rows) -> None:
         f"{r['predicted_tps']:.1f} | {err('predicted_tps')} | "
         f"{r['before_tps']:.1f} | {err('before_tps')} | {r['ratio']:.2f} | "
         f"{r['predicted_ratio']:.2f} | {err('predicted_ratio', 'ratio')} |")
+  flag = lambda v: ",".join(map(str, v)) if isinstance(v, list) else v
   command = "python scripts/cost_model_check.py " + " ".join(
-      f"--{k}={v}" for k, v in vars(args).items() if k != "pair_name")
+      f"--{k}={flag(v)}" for k, v in vars(args).items() if k != "pair_name")
   results_file.write_report(args.out, command=command,
                             markdown="\n".join(lines), rows=rows,
                             meta=dict(backend=jax.default_backend()))
