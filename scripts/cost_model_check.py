@@ -37,8 +37,8 @@ the anchors are fitted and not counted. Writes <out>.md and <out>.json.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
+import sys
 import time
 
 import jax
@@ -51,14 +51,8 @@ from specdec_jax.decoding.planners.auto import Candidate
 from specdec_jax.decoding.strategy import Chain
 from specdec_jax.eval import results_file
 
-
-def _bench_auto():
-  path = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                      "bench_auto.py")
-  spec = importlib.util.spec_from_file_location("bench_auto", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_auto  # pylint: disable=g-import-not-at-top,wrong-import-position  # noqa: E402
 
 
 def _before(calls: costs_lib.CostModel, alpha0: float, g0: int,
@@ -229,7 +223,7 @@ def main():
              f"must be among --gammas {args.gammas}")
   rows = []
   for name in args.pairs.split(","):
-    levels, prompts, enc = _bench_auto().load_levels(
+    levels, prompts, enc = bench_auto.load_levels(
         name, args.calib_prompts + args.num_prompts)
     levels = [levels[0], levels[-1]]
     ms, ps = [m for m, _ in levels], [p for _, p in levels]
