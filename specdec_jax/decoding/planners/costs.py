@@ -10,7 +10,7 @@ A :class:`CostModel` holds measured quantities only:
   token of a chain; ``scripts/bench_overhead.py`` measures them, ``tune``
   fits them);
 * ``call_s``: fixed seconds per decode call (host prep, encode, prefill;
-  ``tune_measure.split_target`` measures it from target-only decodes of
+  ``tune_measure.fit_chains`` measures it from target-only decodes of
   two lengths).
 
 It prices a strategy as seconds per emitted token from acceptance
