@@ -49,7 +49,7 @@ class DecodeMeasurer:
     self.quality_fn = quality_fn or agreement
     self.seed, self.min_seconds = seed, min_seconds
     self.width = max(len(r) for r in self.rows)
-    self._runs, self._split = {}, {}
+    self._runs = {}
     self.stats = {}
 
   def runner(self, cand: Candidate, batch: int, greedy: bool = False,
@@ -138,17 +138,6 @@ class DecodeMeasurer:
   @property
   def half_tokens(self) -> int:
     return max(1, self.new // 2)
-
-  def split_target(self, batch: int) -> tuple[float, float]:
-    """(fixed seconds per decode call, seconds per target-only step) at
-    ``batch`` (:func:`fixed_and_step` of :meth:`split_timers`' medians).
-    Cached per batch size."""
-    if batch not in self._split:
-      med = timing.medians(self.split_timers(batch), self.repeats)
-      self._split[batch] = fixed_and_step(
-          med["full"], med["half"], self.new, self.half_tokens,
-          self.chunks(batch))
-    return self._split[batch]
 
   def call_shape(self) -> dict:
     """``timing.step_timer``'s context / encoder_len for calls shaped like
@@ -310,12 +299,11 @@ def alpha_at(alphas, gamma: int) -> float:
                          [a for _, a in alphas]))
 
 
-def predict_chains(measurer: DecodeMeasurer, anchors, base: Measured,
-                   batch: int, gammas: Sequence[int]) -> dict[int, float]:
+def predict_chains(measurer: DecodeMeasurer, anchors, batch: int,
+                   gammas: Sequence[int]) -> dict[int, float]:
   """{gamma: predicted tokens/s}: :func:`fit_chains`'s CostModel (one or
   two anchor chains) prices a decode call of every gamma
   (``CostModel.chain_decode``)."""
-  del base  # target-only's call is re-timed at two lengths (split_target)
   model, alphas = fit_chains(measurer, anchors, batch, gammas)
   new = measurer.new
   return {g: batch * new / model.chain_decode(alpha_at(alphas, g), g, new)

@@ -154,10 +154,10 @@ def _measure_batch(measurer, cands, b: int, pricing: bool,
     anchor = anchors(chains)
     first = measurer.measure(anchor, b)
     base = first[0]
-    pred = predict_chains(measurer, first[1:], base, b,
+    pred = predict_chains(measurer, first[1:], b,
                           [c.structure.gamma for c in chains])
     predicted = {c: pred[c.structure.gamma] for c in chains}
-    predicted[base.candidate] = base.tps  # fitted to it
+    predicted[base.candidate] = base.tps  # measured, not priced
     keep = sorted(chains, key=lambda c: -predicted[c])[:prune or None]
     todo = [c for c in keep if c not in anchor] + [
         c for c in rest if c.method != "target_only"]
