@@ -6,13 +6,18 @@ tree), batch size and temperature this splits the wall time of one
 
 * a FIXED part per call (host prep, transfers, encode, prefill, result
   copy) and a PER-ITERATION part: each call is timed at ``--new_tokens``
-  and at ``--short_tokens`` new tokens (back to back, medians over
-  repeats); per iteration = the time difference over the difference in loop
+  and at ``--short_tokens`` new tokens (medians over repeats); per
+  iteration = the time difference over the difference in loop
   iterations (verifier calls; drafter calls for drafter-only), fixed = the
   short call's time minus its iterations' share;
 * per iteration, MODEL CALLS -- each model's call timed alone at the same
-  shapes (batch, block width, tree mask) in ``timing.step_timer``'s jitted
-  loop, times its measured calls per iteration -- and EVERYTHING ELSE;
+  shapes (batch, block width, tree mask, and the cache slots and encoder
+  width each of the two decodes allocated, recorded while they are traced)
+  in ``timing.step_timer``'s jitted loop; the model share of an iteration
+  is the difference of the two calls' model times (calls x step at that
+  call's capacity) over the difference in iterations, exactly as the
+  wall-time split -- and EVERYTHING ELSE. Each repeat runs every decode
+  (both variants, both lengths) and every step timer of the cell in turn;
 * named non-model pieces, each timed alone at the same shapes in a jitted
   loop (``timing.fn_timer``): the loop's softmaxes (unscaled q and p and the
   transformed S(q), S(p) over [B, gamma + 1, V], the drafter's per-draft
@@ -29,6 +34,7 @@ Writes <out>.json and <out>.md (command, machine and load average included).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -41,6 +47,7 @@ import numpy as np
 
 from specdec_jax import decoding, timing
 from specdec_jax.decoding.loops import program as program_lib
+from specdec_jax.decoding.loops import state as state_lib
 from specdec_jax.decoding.rules import sampling as sampling_lib
 from specdec_jax.decoding.rules.targets import SpecDecode
 from specdec_jax.decoding.verify.chain import verify_block
@@ -96,6 +103,31 @@ def iterations(name: str, res) -> int:
   return int(np.max(calls))
 
 
+@contextlib.contextmanager
+def cache_shapes(models):
+  """Records the caches that decodes traced inside the block allocate.
+
+  Yields a dict, filled as tracing goes: {level: (slots, encoder width or
+  None)} for each of ``models`` (level = its index in ``models``) whose
+  cache ``state_lib.start_cache`` allocated. A decode that was already
+  compiled traces nothing and records nothing.
+  """
+  seen, orig = {}, state_lib.start_cache
+
+  def start_cache(model, params, batch, capacity_):
+    for level, m in enumerate(models):
+      if m is model:
+        enc = None if batch.inputs is None else int(batch.inputs.shape[1])
+        seen[level] = (int(capacity_), enc)
+    return orig(model, params, batch, capacity_)
+
+  state_lib.start_cache = start_cache
+  try:
+    yield seen
+  finally:
+    state_lib.start_cache = orig
+
+
 class Variant:
   """The compiled decode programs of one ``sampling.LEAN`` setting.
 
@@ -117,10 +149,14 @@ class Variant:
     self.cache = dict(program_lib._COMPILED)  # pylint: disable=protected-access
 
 
-def split_call(name, method, kw, pair, temp, batch, new, short, repeats,
-               variants):
-  """{lean: {fixed_ms, per_iter_ms, iters, calls per iteration, tokens/s}},
-  the variants timed alternately (each repeat: every variant short, long)."""
+def split_call(name, method, kw, topo, pair, temp, batch, new, short,
+               repeats, variants):
+  """Times one cell: {lean: {fixed_ms, per_iter_ms, model_ms, iters, ...}}.
+
+  Each repeat runs, in turn, every variant's short and long decode and each
+  model step alone at each decode's cache shapes (``step_timers``), so a
+  machine that drifts moves every number of the cell together; medians.
+  """
   drafter, verifier, qp, pp = pair
   req = rows_of(pair, verifier, batch)
 
@@ -129,10 +165,15 @@ def split_call(name, method, kw, pair, temp, batch, new, short, repeats,
         method, drafter, verifier, qp, pp, sampling=decoding.Temperature(temp),
         max_new_tokens=n, seeds=1, eos_id=None, **kw, **req))
 
-  first = {}
-  for v in variants:  # compile both lengths
+  first, shapes = {}, {}
+  for v in variants:  # compile both lengths (and record their caches)
     with v:
-      first[v.lean] = run(new)[1], run(short)[1]
+      with cache_shapes((drafter, verifier)) as long_shapes:
+        res_long = run(new)[1]
+      with cache_shapes((drafter, verifier)) as short_shapes:
+        res_short = run(short)[1]
+      first[v.lean] = res_long, res_short
+      shapes = shapes or {"long": long_shapes, "short": short_shapes}
   ref = first[variants[0].lean]
   for v in variants[1:]:
     if first[v.lean][0].sequences() != ref[0].sequences():
@@ -141,50 +182,77 @@ def split_call(name, method, kw, pair, temp, batch, new, short, repeats,
   if it_long <= it_short:
     raise ValueError(f"{name}: {new} and {short} new tokens took the same "
                      f"number of iterations ({it_long}); widen the gap")
-  per, fixed, total = ({v.lean: [] for v in variants} for _ in range(3))
-  for _ in range(repeats):
-    for v in variants:
+
+  def decode_timer(v, n):
+    def timed():
       with v:
-        t_short, _ = run(short)
-        t_long, _ = run(new)
-      p = (t_long - t_short) / (it_long - it_short)
-      per[v.lean].append(p)
-      fixed[v.lean].append(t_short - it_short * p)
-      total[v.lean].append(t_long)
-  res, iters = ref[0], max(it_long, 1)
-  return {lean: dict(
-      fixed_ms=1e3 * statistics.median(fixed[lean]),
-      per_iter_ms=1e3 * statistics.median(per[lean]), iters=it_long,
-      total_ms=1e3 * statistics.median(total[lean]),
-      tokens_per_s=float(res.lengths.sum()) / statistics.median(total[lean]),
-      tokens_per_iter=float(np.mean(res.lengths)) / iters,
-      drafter_calls_per_iter=float(np.mean(res.drafter_calls)) / iters,
-      verifier_calls_per_iter=float(np.mean(res.verifier_calls)) / iters)
-          for lean in per}
+        return run(n)[0]
+    return timed
 
-
-def model_ms(name, topo, pair, batch, split, repeats, enc_len):
-  """{level: ms per iteration} of the model calls, each timed alone."""
-  drafter, verifier, qp, pp = pair
-  timer = lambda m, p, w, **kw: timing.step_timer(
-      m, p, batch, w, encoder_len=enc_len, **kw)
-  timers, weights = {}, {}
-  if name == "target":
-    timers["verifier"], weights["verifier"] = timer(verifier, pp, 1), 1.0
-  elif name == "drafter":
-    timers["drafter"], weights["drafter"] = timer(drafter, qp, 1), 1.0
-  else:
-    timers["drafter"] = timer(drafter, qp, 1)
-    weights["drafter"] = split["drafter_calls_per_iter"]
-    if topo.is_chain:
-      timers["verifier"] = timer(verifier, pp, topo.num_nodes + 1)
-    else:
-      timers["verifier"] = timer(verifier, pp, topo.num_nodes + 1,
-                                 depths=topo.block_depths(),
-                                 mask=topo.block_mask())
-    weights["verifier"] = 1.0
+  timers = {}
+  for v in variants:
+    timers[v.lean, "short"] = decode_timer(v, short)
+    timers[v.lean, "long"] = decode_timer(v, new)
+  steps = step_timers(name, topo, pair, batch, shapes)
+  timers.update(steps)
   med = timing.medians(timers, repeats)
-  return {k: 1e3 * med[k] * weights[k] for k in timers}
+  calls = {"long": model_calls(ref[0]), "short": model_calls(ref[1])}
+  gap = it_long - it_short
+  model = {lvl: 1e3 * (calls["long"][lvl] * med[lvl, "long"] -
+                       calls["short"][lvl] * med[lvl, "short"]) / gap
+           for lvl, call in steps if call == "long"}
+  res, iters = ref[0], max(it_long, 1)
+  out = {}
+  for v in variants:
+    t_long, t_short = med[v.lean, "long"], med[v.lean, "short"]
+    per = (t_long - t_short) / gap
+    out[v.lean] = dict(
+        fixed_ms=1e3 * (t_short - it_short * per), per_iter_ms=1e3 * per,
+        iters=it_long, total_ms=1e3 * t_long,
+        tokens_per_s=float(res.lengths.sum()) / t_long,
+        tokens_per_iter=float(np.mean(res.lengths)) / iters,
+        drafter_calls_per_iter=float(np.mean(res.drafter_calls)) / iters,
+        verifier_calls_per_iter=float(np.mean(res.verifier_calls)) / iters,
+        model_ms=model, calls=calls, iters_short=it_short,
+        cache_slots={call: {lvl: list(x) for lvl, x in sh.items()}
+                     for call, sh in shapes.items()})
+  return out
+
+
+def model_calls(res) -> dict:
+  """{level name: calls} of one decode (the slowest row: every loop
+  iteration runs the model for all rows)."""
+  return {"drafter": int(np.max(res.drafter_calls)),
+          "verifier": int(np.max(res.verifier_calls))}
+
+
+def step_timers(name, topo, pair, batch, shapes) -> dict:
+  """{(level, 'long' | 'short'): timer} of each model step the structure
+  runs, alone, at the cache slots (and encoder width) that decode
+  allocated (``timing.step_timer``, 0.05 s loops).
+
+  The model share of an iteration is then ``(calls_long * step_long -
+  calls_short * step_short) / (iters_long - iters_short)``: the same
+  difference the wall-time split takes.
+  """
+  drafter, verifier, qp, pp = pair
+  levels = {"drafter": (0, drafter, qp), "verifier": (1, verifier, pp)}
+  runs = (["verifier"] if name == "target" else
+          ["drafter"] if name == "drafter" else ["drafter", "verifier"])
+  timers = {}
+  for lvl in runs:
+    idx, model, params = levels[lvl]
+    width, kw = 1, {}
+    if lvl == "verifier" and name != "target":
+      width = topo.num_nodes + 1
+      if not topo.is_chain:
+        kw = dict(depths=topo.block_depths(), mask=topo.block_mask())
+    for call in ("long", "short"):
+      slots, enc = shapes[call][idx]
+      timers[lvl, call] = timing.step_timer(
+          model, params, batch, width, context=1, capacity=slots,
+          encoder_len=enc or 16, min_seconds=0.05, **kw)
+  return timers
 
 
 def piece_ms(name, topo, vocab, batch, temp, repeats):
@@ -285,7 +353,7 @@ def main():
   ap.add_argument("--temperatures", default="0,1")
   ap.add_argument("--new_tokens", type=int, default=64)
   ap.add_argument("--short_tokens", type=int, default=16)
-  ap.add_argument("--repeats", type=int, default=3)
+  ap.add_argument("--repeats", type=int, default=5)
   ap.add_argument("--variants", default="lean",
                   help="'reference,lean': time the reference (sampling.LEAN "
                   "= False) and the lean loops alternately, tokens checked "
@@ -297,22 +365,17 @@ def main():
   for pname in args.pairs.split(","):
     pair = load_pair(pname)
     drafter, verifier, _, _ = pair
-    req = rows_of(pair, verifier, 1)
-    enc_len = len(req["inputs"][0]) if "inputs" in req else 16
     for batch in map(int, args.batches.split(",")):
       for temp in map(float, args.temperatures.split(",")):
         for name, (method, kw, topo) in structures(args.structures).items():
           variants = [Variant(x == "lean") for x in args.variants.split(",")]
-          split = split_call(name, method, kw, pair, temp, batch,
+          split = split_call(name, method, kw, topo, pair, temp, batch,
                              args.new_tokens, args.short_tokens, args.repeats,
                              variants)
           for v in variants:
             sampling_lib.LEAN = v.lean
             row = dict(pair=pname, structure=name, batch=batch,
                        temperature=temp, lean=v.lean, **split[v.lean],
-                       model_ms=model_ms(name, topo, pair, batch,
-                                         split[v.lean], args.repeats,
-                                         enc_len),
                        pieces_ms=piece_ms(name, topo, verifier.vocab_size,
                                           batch, temp, args.repeats),
                        load_average=timing.load_average())

@@ -58,7 +58,8 @@ def _block_layout(width: int, depths, mask):
 def step_timer(model, params, batch: int = 1, width: int = 1, *,
                depths: Sequence[int] | None = None, mask=None,
                context: int = 32, encoder_len: int = 16, sampling=None,
-               min_iters: int = 8, min_seconds: float = 0.02) -> Timer:
+               min_iters: int = 8, min_seconds: float = 0.02,
+               capacity: int | None = None) -> Timer:
   """``timed() -> seconds per call`` of ``model`` on a block of ``width``.
 
   Args:
@@ -76,6 +77,9 @@ def step_timer(model, params, batch: int = 1, width: int = 1, *,
       timed with each call (None: the call alone).
     min_iters: least calls per timed loop.
     min_seconds: least duration of one timed loop.
+    capacity: cache slots (default ``context + width + 8``). Attention
+      reads every slot, so a decode's step is priced at the decode's own
+      capacity (``prompt + max_new + block + 2``).
 
   Returns:
     A function that runs the loop once and returns seconds per call.
@@ -84,6 +88,8 @@ def step_timer(model, params, batch: int = 1, width: int = 1, *,
   width = _check_int("width", width, 1)
   context = _check_int("context", context, 1)
   min_iters = _check_int("min_iters", min_iters, 1)
+  slots = context + width + 8 if capacity is None else _check_int(
+      "capacity", capacity, context + width)
   tree, depths, mask = _block_layout(width, depths, mask)
   if sampling is not None:
     from specdec_jax.decoding.rules import sampling as sampling_lib  # pylint: disable=g-import-not-at-top
@@ -95,7 +101,7 @@ def step_timer(model, params, batch: int = 1, width: int = 1, *,
   def prefill(params):
     enc = (model.encode(params, enc_in) if model.is_encoder_decoder
            else None)
-    cache = model.init_cache(batch, context + width + 8, enc)
+    cache = model.init_cache(batch, slots, enc)
     return model.step(params, jnp.full((batch, context), 5, jnp.int32),
                       cache)[1]
 

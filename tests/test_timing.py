@@ -24,9 +24,27 @@ def test_step_timer_chain_tree_and_sampling_and_ratios():
   assert 0 < ratio < 100
 
 
+def test_step_timer_prices_the_capacity_it_is_given(monkeypatch):
+  m = models.get_model("gemma_tiny")
+  p = m.init_params(jax.random.PRNGKey(0))
+  slots, orig = [], type(m).init_cache
+
+  def init_cache(self, batch, max_length, *a, **kw):
+    slots.append(max_length)
+    return orig(self, batch, max_length, *a, **kw)
+
+  monkeypatch.setattr(type(m), "init_cache", init_cache)
+  timing.step_timer(m, p, 1, 2, context=5, min_iters=1, min_seconds=0.0)
+  timing.step_timer(m, p, 1, 2, context=5, capacity=40, min_iters=1,
+                    min_seconds=0.0)
+  assert slots == [5 + 2 + 8, 40]
+
+
 @pytest.mark.parametrize("kw,match", [
     (dict(batch=0), "batch must be an integer >= 1, got 0"),
     (dict(width=2, depths=[0]), r"depths must be \[2\] and mask \[2, 2\]"),
+    (dict(width=2, context=5, capacity=6),
+     "capacity must be an integer >= 7, got 6"),
 ])
 def test_step_timer_rejects_bad_arguments(kw, match):
   m = models.get_model("gemma_tiny")

@@ -5,9 +5,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from specdec_jax.decoding.loops.drafting import FallbackStop
 from specdec_jax.decoding.rules import sampling
-from specdec_jax.decoding.rules.targets import SpecDecode
-from specdec_jax.decoding.verify.chain import verify_block
+from specdec_jax.decoding.rules.targets import Lossy, SpecDecode
+from specdec_jax.decoding.verify.chain import (greedy_verifiable,
+                                               verify_block, verify_greedy)
 
 
 def _both(fn):
@@ -49,3 +51,55 @@ def test_sample_at_is_sample_with_the_rows_uniforms():
   u = jax.vmap(lambda k: jax.random.uniform(k, ()))(keys)
   np.testing.assert_array_equal(sampling.sample(keys, dist),
                                 sampling.sample_at(u, dist))
+
+
+def test_greedy_verify_is_the_kernel_at_temperature_zero():
+  # Worked example: gamma = 3, V = 4. Verifier argmaxes per position:
+  # [2, 0, 3, 1]; row 0 drafts [2, 0, 1] -> 2 accepted, token 3 (the
+  # verifier's argmax where the first draft failed); row 1 drafts [2, 0, 3]
+  # -> all 3 accepted, token 1 (the bonus); row 2 drafts [1, ...] -> 0, 2.
+  p_logits = jnp.asarray([[[0., 1., 5., 2.], [4., 1., 0., 2.],
+                           [0., 1., 2., 7.], [1., 9., 2., 3.]]] * 3)
+  drafts = jnp.asarray([[2, 0, 1], [2, 0, 3], [1, 0, 3]], jnp.int32)
+  out = verify_greedy(drafts, p_logits)
+  np.testing.assert_array_equal(out.accepted, [2, 3, 0])
+  np.testing.assert_array_equal(out.token, [3, 1, 2])
+  np.testing.assert_array_equal(out.defer, np.zeros((3, 4)))
+
+  # Against the full kernel on random logits whose drafts are the drafter's
+  # argmaxes, as a greedy batch's are.
+  key = jax.random.key(5)
+  q_logits = jax.random.normal(key, (64, 4, 11)) * 2
+  p_logits = q_logits + jax.random.normal(jax.random.key(6), (64, 4, 11))
+  greedy = sampling.canonical(sampling.Temperature(0.0))
+  drafts = sampling.argmax(q_logits[:, :3])
+  sq, sp = greedy.probs(q_logits), greedy.probs(p_logits)
+  keys = jax.random.split(key, 64)
+  u = jax.random.uniform(key, (64, 3))
+  full = verify_block(SpecDecode(), drafts, sampling.unscaled(q_logits),
+                      sampling.unscaled(p_logits), sq, sp, u, keys, keys)
+  fast = verify_greedy(drafts, p_logits)
+  assert 0 < int(jnp.sum(fast.accepted == 3)) < 64  # both outcomes occur
+  for name in ("accepted", "token", "accept", "defer"):
+    np.testing.assert_array_equal(getattr(fast, name), getattr(full, name))
+
+
+def test_greedy_verify_applies_to_lossless_chains_only():
+  assert greedy_verifiable(SpecDecode(), None)
+  assert not greedy_verifiable(SpecDecode(), FallbackStop(0.5))
+  assert not greedy_verifiable(Lossy(alpha=0.2), None)
+  sampling.LEAN = False
+  try:
+    assert not greedy_verifiable(SpecDecode(), None)
+  finally:
+    sampling.LEAN = True
+
+
+def test_draw_takes_a_key_function():
+  logits = jax.random.normal(jax.random.key(2), (5, 30)) * 2
+  keys = jax.random.split(jax.random.key(4), 5)
+  for t in (0.0, 1.0, [0.0, 1.0, 0.5, 0.0, 2.0]):
+    strategy = sampling.Temperature(jnp.asarray(t, jnp.float32))
+    np.testing.assert_array_equal(
+        jax.jit(lambda: sampling.draw(lambda: keys, logits, strategy))(),
+        jax.jit(lambda: sampling.draw(keys, logits, strategy))())

@@ -100,10 +100,10 @@ def draft_chain(drafter, q_params, cache: KVCache, stream: Stream,
   drafts = jnp.zeros((b, gamma), jnp.int32)
   feeds = gamma - 1 + int(extra)
 
-  def draw(logits, j):  # [B, V] -> [B]
-    k = keys_lib.row_keys(req.seed, req.request_id, num_out + j,
-                          keys_lib.DRAFT)
-    return sampling.draw(k, logits, strategy)
+  def draw(logits, j):  # [B, V] -> [B]; keys only when some row samples
+    return sampling.draw(lambda: keys_lib.row_keys(
+        req.seed, req.request_id, num_out + j, keys_lib.DRAFT), logits,
+                         strategy)
 
   def still_drafting(q_buf, j):  # [B] bool
     if stop is None:

@@ -75,17 +75,19 @@ def loop_finish(cfg: LoopConfig):
                                           confidence=s.logconf)
 
 
-def autoregressive_program(models: tuple, cfg: LoopConfig,
-                           level: int) -> LoopProgram:
+def autoregressive_program(models: tuple, cfg: LoopConfig, level: int,
+                           confidence: bool = False) -> LoopProgram:
   """Plain sampling with one model of the stack.
 
-  ``LoopOutput.confidence`` is the sum over the response of log max q
-  (unscaled), SeqCascade's sequence confidence.
+  With ``confidence``, ``LoopOutput.confidence`` is the sum over the
+  response of log max q (unscaled), SeqCascade's sequence confidence;
+  without it the loop skips that V-wide softmax (0 is returned).
 
   Args:
     models: (drafter, verifier); only ``models[level]`` runs.
     cfg: static LoopConfig (the topology is unused).
     level: 1 for target-only, 0 for drafter-only.
+    confidence: accumulate the sequence confidence.
   """
   model = models[level]
 
@@ -104,9 +106,16 @@ def autoregressive_program(models: tuple, cfg: LoopConfig,
                                lv.cache)
     logits = logits[:, 0]  # [B, V]
     finite = s.stream.finite & (~active | all_finite(logits))
-    tok = sampling.sample(draft_keys(batch, s.stream),
-                          cfg.strategy(batch).probs(logits))  # [B]
-    conf = jnp.log(jnp.max(sampling.unscaled(logits), axis=-1))  # [B]
+    strategy = cfg.strategy(batch)
+    if sampling.LEAN:  # a greedy batch: argmax, no keys, no V-wide search
+      tok = sampling.draw(lambda: draft_keys(batch, s.stream), logits,
+                          strategy)  # [B]
+    else:
+      tok = sampling.sample(draft_keys(batch, s.stream),
+                            strategy.probs(logits))
+    conf = 0.0
+    if confidence or not sampling.LEAN:
+      conf = jnp.log(jnp.max(sampling.unscaled(logits), axis=-1))  # [B]
     stream, _ = s.stream.emit(tok[:, None], jnp.ones_like(tok), batch.req,
                               cfg, finite)
     levels = list(s.levels)
@@ -114,7 +123,7 @@ def autoregressive_program(models: tuple, cfg: LoopConfig,
     return ARState(stream=stream, levels=tuple(levels),
                    logconf=s.logconf + jnp.where(active, conf, 0.0))
 
-  return LoopProgram(("autoregressive", model, level, cfg), init,
+  return LoopProgram(("autoregressive", model, level, cfg, confidence), init,
                      loop_cond(cfg), body, loop_finish(cfg))
 
 
@@ -182,7 +191,7 @@ def seq_cascade_program(models: tuple, cfg: LoopConfig) -> LoopProgram:
   verifier then decodes that row's whole response. A deferred row counts
   all its tokens as deferred.
   """
-  first_pass = autoregressive_program(models, cfg, level=0)
+  first_pass = autoregressive_program(models, cfg, level=0, confidence=True)
   second = autoregressive_program(models, cfg, level=1)
 
   def init(args) -> SeqState:

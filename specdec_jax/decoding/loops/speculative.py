@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Hashable, Protocol
 
 import jax.numpy as jnp
+from jax import lax
 
 from specdec_jax.decoding.loops import state as state_lib
 from specdec_jax.decoding.loops.drafting import FallbackStop, draft_chain
@@ -22,7 +23,8 @@ from specdec_jax.decoding.loops.state import (
     Batch, DraftState, Level, LoopConfig, Stream, all_finite)
 from specdec_jax.decoding.rules import keys as keys_lib
 from specdec_jax.decoding.rules import sampling
-from specdec_jax.decoding.verify.chain import verify_block
+from specdec_jax.decoding.verify.chain import (greedy_verifiable,
+                                               verify_block, verify_greedy)
 
 
 class SpecRule(Protocol, Hashable):
@@ -55,18 +57,25 @@ def _body(models, params, batch: Batch, cfg: LoopConfig, rule: SpecRule,
   finite = stream.finite & (~active | (all_finite(q_logits[:, :gamma])
                                        & all_finite(p_logits)))
 
-  q, p = sampling.unscaled(q_logits), sampling.unscaled(p_logits)
-  sq, sp = strategy.probs(q_logits), strategy.probs(p_logits)  # [B, g+1, V]
-  start = stream.num_out
-  u = keys_lib.block_uniforms(req.seed, req.request_id, start, gamma)
-  out = verify_block(
-      target, drafts, q, p, sq, sp, u,
-      key_residual=keys_lib.row_keys(req.seed, req.request_id, start,
-                                     keys_lib.RESIDUAL),
-      key_bonus=keys_lib.row_keys(req.seed, req.request_id, start + gamma,
-                                  keys_lib.DRAFT),
-      limit=draft.limit)
+  def verify():
+    q, p = sampling.unscaled(q_logits), sampling.unscaled(p_logits)
+    sq, sp = strategy.probs(q_logits), strategy.probs(p_logits)  # [B,g+1,V]
+    start = stream.num_out
+    u = keys_lib.block_uniforms(req.seed, req.request_id, start, gamma)
+    return verify_block(
+        target, drafts, q, p, sq, sp, u,
+        key_residual=keys_lib.row_keys(req.seed, req.request_id, start,
+                                       keys_lib.RESIDUAL),
+        key_bonus=keys_lib.row_keys(req.seed, req.request_id, start + gamma,
+                                    keys_lib.DRAFT),
+        limit=draft.limit)
 
+  if greedy_verifiable(target, stop):
+    out = lax.cond(sampling.is_cold(strategy),
+                   lambda: verify_greedy(drafts, p_logits),
+                   lambda: verify().replace(pi=None))
+  else:
+    out = verify()
   n, tok = out.accepted, out.token  # [B], [B]
   iota = jnp.arange(gamma + 1)[None, :]
   padded = jnp.concatenate([drafts, jnp.zeros_like(drafts[:, :1])], axis=1)

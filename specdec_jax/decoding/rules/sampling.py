@@ -88,14 +88,26 @@ def is_cold(strategy) -> jax.Array:
           else jnp.all(jnp.asarray(t, jnp.float32) == 0))
 
 
-def draw(key: jax.Array, logits: jax.Array, strategy) -> jax.Array:
+def draw(key, logits: jax.Array, strategy) -> jax.Array:
   """``sample(key, strategy.probs(logits))``: [B] keys, [B, V] -> [B].
 
   A greedy batch takes the argmax directly (``sample`` of a one-hot row is
   its argmax, so the tokens are the same) and skips the V-wide transform
   and search.
+
+  Args:
+    key: [B] typed keys, or a function ``() -> [B] keys``; a function is
+      called only on the sampling branch, so a greedy batch derives no key
+      at all (each derivation is a few threefry hashes, which XLA:CPU runs
+      as small while loops: tens of microseconds per draw).
+    logits: [B, V].
+    strategy: the sampling transform S.
+
+  Returns:
+    [B] int32 tokens.
   """
-  full = lambda: sample(key, strategy.probs(logits))
+  keys = key if callable(key) else lambda: key
+  full = lambda: sample(keys(), strategy.probs(logits))
   if not LEAN or getattr(strategy, "temperature", None) is None:
     return full()
   return lax.cond(is_cold(strategy), lambda: argmax(logits), full)
