@@ -161,3 +161,44 @@ def test_static_bounds_cover_every_tree_of_that_shape(n, d, c):
       assert (dep <= k).sum() <= widths[k]
       assert (dep == k).sum() <= bounds[k]
   assert widths[-1] == n and bounds[0] == 1
+
+
+@pytest.mark.parametrize("kind", tree_lib.PROPOSALS)
+@pytest.mark.parametrize("topology", [decoding.Topology.kary(2, 3),
+                                      decoding.Topology.kary(3, 2)])
+def test_greedy_tree_verification_is_the_kernel_at_temperature_zero(
+    kind, topology):
+  """verify_tree_greedy == verify_tree for a greedy drafter's children."""
+  from specdec_jax.decoding.rules import sampling  # pylint: disable=g-import-not-at-top
+  from specdec_jax.decoding.rules.targets import SpecDecode  # pylint: disable=g-import-not-at-top
+  b, v = 96, 13
+  n = topology.num_nodes
+  tree = {k: jnp.asarray(x) for k, x in tree_lib.tree_arrays(topology,
+                                                              b).items()}
+  q_logits = jax.random.normal(jax.random.key(1), (b, n + 1, v)) * 2
+  p_logits = q_logits + jax.random.normal(jax.random.key(2), (b, n + 1, v))
+  # A greedy drafter's children: rank i is the i-th most likely unscaled-q
+  # token (top_k and, once S(q) is exhausted, without_replacement) or the
+  # argmax again (iid).
+  order = jnp.argsort(-q_logits, axis=-1)  # [B, W, V]
+  nodes = np.zeros((b, n), np.int32)
+  for j, kids in enumerate(topology.children):
+    for i, kid in enumerate(kids):
+      nodes[:, kid] = order[:, j, 0 if kind == "iid" else i]
+  tokens = jnp.concatenate([jnp.full((b, 1), 3, jnp.int32),
+                            jnp.asarray(nodes)], axis=1)
+  greedy = sampling.canonical(sampling.Temperature(0.0))
+  sq, sp = greedy.probs(q_logits), greedy.probs(p_logits)
+  key = jax.random.key(4)
+  u = jax.random.uniform(key, (b, n))
+  keys = jax.random.split(key, b)
+  full = tree_lib.verify_tree(SpecDecode(), kind, tokens, tree,
+                              sampling.unscaled(q_logits),
+                              sampling.unscaled(p_logits), sq, sp, u, keys,
+                              lambda depth: keys)
+  fast = tree_lib.verify_tree_greedy(tokens, tree, p_logits)
+  accepted = np.asarray(full.accepted)
+  assert accepted.min() < accepted.max() and accepted.max() >= 2  # varied
+  for name in ("accepted", "path", "token", "rejected", "defer", "accept"):
+    np.testing.assert_array_equal(getattr(fast, name), getattr(full, name),
+                                  err_msg=name)

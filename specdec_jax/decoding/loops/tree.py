@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 
 import jax.numpy as jnp
+from jax import lax
 
 from specdec_jax.decoding.loops import state as state_lib
 from specdec_jax.decoding.loops.program import LoopProgram
@@ -33,6 +34,7 @@ from specdec_jax.decoding.loops.tree_drafting import draft_tree
 from specdec_jax.decoding.rules import keys as keys_lib
 from specdec_jax.decoding.rules import sampling
 from specdec_jax.decoding.verify import tree as tree_lib
+from specdec_jax.decoding.verify.chain import greedy_verifiable
 from specdec_jax.decoding.verify.topology import Topology
 
 
@@ -83,16 +85,24 @@ def _body(models, params, batch: Batch, cfg: TreeConfig, rule,
   finite = stream.finite & (~active | (all_finite(draft.logits)
                                        & all_finite(p_logits)))
 
-  q, p = sampling.unscaled(draft.logits), sampling.unscaled(p_logits)
-  sp = strategy.probs(p_logits)  # [B, N + 1, V]
-  u = tree_lib.node_uniforms(req.seed, req.request_id, start,
-                             tree["tree.depth"][:, 1:], tree["tree.slot"])
-  out = tree_lib.verify_tree(
-      target, cfg.proposal, block, tree, q, p, draft.sq, sp, u,
-      key_residual=keys_lib.row_keys(req.seed, req.request_id, start,
-                                     keys_lib.RESIDUAL),
-      key_bonus=lambda n: keys_lib.row_keys(req.seed, req.request_id,
-                                            start + n, keys_lib.DRAFT))
+  def verify():
+    q, p = sampling.unscaled(draft.logits), sampling.unscaled(p_logits)
+    sp = strategy.probs(p_logits)  # [B, N + 1, V]
+    u = tree_lib.node_uniforms(req.seed, req.request_id, start,
+                               tree["tree.depth"][:, 1:], tree["tree.slot"])
+    return tree_lib.verify_tree(
+        target, cfg.proposal, block, tree, q, p, draft.sq, sp, u,
+        key_residual=keys_lib.row_keys(req.seed, req.request_id, start,
+                                       keys_lib.RESIDUAL),
+        key_bonus=lambda n: keys_lib.row_keys(req.seed, req.request_id,
+                                              start + n, keys_lib.DRAFT))
+
+  if greedy_verifiable(target, None):
+    out = lax.cond(sampling.is_cold(strategy),
+                   lambda: tree_lib.verify_tree_greedy(block, tree, p_logits),
+                   verify)
+  else:
+    out = verify()
 
   n, tok = out.accepted, out.token  # [B], [B]
   iota = jnp.arange(d_max + 1)[None, :]
