@@ -303,11 +303,14 @@ def markdown(command, rows) -> str:
            f"Command: `{command}`\n",
            "Per call: wall ms of one `generate` call at the long length "
            "(compile excluded), split into fixed ms per call and ms per loop "
-           "iteration (two lengths, back to back, medians). Per iteration: "
-           "model calls (each timed alone at the same shapes in a jitted "
-           "loop, times calls per iteration) and the rest; named pieces are "
-           "timed alone at the same shapes (ms per iteration). Non-model "
-           "share = 1 - model / per-iteration.\n",
+           "iteration (two lengths, medians). Per iteration: model calls "
+           "(each timed alone in a jitted loop at the same shapes, cache "
+           "slots and encoder width as each decode, times its calls; the "
+           "same long-minus-short difference) and the rest. Every decode and "
+           "step timer of a cell runs in one round-robin per repeat; both "
+           "variants share the model timings. Named pieces are timed alone "
+           "at the same shapes (ms per iteration). Non-model share = 1 - "
+           "model / per-iteration.\n",
            "| pair | structure | batch | T | lean | total ms | fixed ms | iters | "
            "per-iter ms | model ms | non-model ms (share) | tokens/iter | "
            "named pieces (ms) |", "|---|---|---|---|---|---|---|---|---|---|"
