@@ -48,8 +48,10 @@ import numpy as np
 from specdec_jax import decoding, timing
 from specdec_jax.decoding.loops import program as program_lib
 from specdec_jax.decoding.loops import state as state_lib
+from specdec_jax.decoding.loops import tree_drafting
 from specdec_jax.decoding.rules import sampling as sampling_lib
 from specdec_jax.decoding.rules.targets import SpecDecode
+from specdec_jax.decoding.verify import tree as tree_lib
 from specdec_jax.decoding.verify.chain import verify_block
 from specdec_jax.eval import results_file
 
@@ -198,9 +200,11 @@ def split_call(name, method, kw, topo, pair, temp, batch, new, short,
   med = timing.medians(timers, repeats)
   calls = {"long": model_calls(ref[0]), "short": model_calls(ref[1])}
   gap = it_long - it_short
-  model = {lvl: 1e3 * (calls["long"][lvl] * med[lvl, "long"] -
-                       calls["short"][lvl] * med[lvl, "short"]) / gap
-           for lvl, call in steps if call == "long"}
+  its = {"long": it_long, "short": it_short}
+  price = lambda lvl, call: model_seconds(name, topo, drafter, lvl, call,
+                                          calls, its, med)
+  model = {lvl: 1e3 * (price(lvl, "long") - price(lvl, "short")) / gap
+           for lvl in dict.fromkeys(k[0] for k in steps)}
   res, iters = ref[0], max(it_long, 1)
   out = {}
   for v in variants:
@@ -226,14 +230,20 @@ def model_calls(res) -> dict:
           "verifier": int(np.max(res.verifier_calls))}
 
 
-def step_timers(name, topo, pair, batch, shapes) -> dict:
-  """{(level, 'long' | 'short'): timer} of each model step the structure
-  runs, alone, at the cache slots (and encoder width) that decode
-  allocated (``timing.step_timer``, 0.05 s loops).
+def tree_feeds(topo, drafter) -> tuple[int, ...]:
+  """Tokens of each level call the tree drafter makes per iteration (the
+  catch-up sync of a lossless tree: calls k = 0 .. D - 1)."""
+  shape = (topo.num_nodes, topo.max_depth, topo.max_children)
+  return tree_lib.feed_widths(
+      *shape, tree_drafting.incremental_drafting(drafter))[:topo.max_depth]
 
-  The model share of an iteration is then ``(calls_long * step_long -
-  calls_short * step_short) / (iters_long - iters_short)``: the same
-  difference the wall-time split takes.
+
+def step_timers(name, topo, pair, batch, shapes) -> dict:
+  """{(level, 'long' | 'short', width): timer} of each model step the
+  structure runs, alone, at the cache slots (and encoder width) that decode
+  allocated (``timing.step_timer``, 0.05 s loops). A tree's drafter is
+  timed at the width of each of its level calls (siblings at one depth,
+  each seeing itself and the cache), the other calls at width 1.
   """
   drafter, verifier, qp, pp = pair
   levels = {"drafter": (0, drafter, qp), "verifier": (1, verifier, pp)}
@@ -242,17 +252,35 @@ def step_timers(name, topo, pair, batch, shapes) -> dict:
   timers = {}
   for lvl in runs:
     idx, model, params = levels[lvl]
-    width, kw = 1, {}
+    blocks = [(1, {})]
     if lvl == "verifier" and name != "target":
-      width = topo.num_nodes + 1
-      if not topo.is_chain:
-        kw = dict(depths=topo.block_depths(), mask=topo.block_mask())
+      kw = ({} if topo.is_chain else
+            dict(depths=topo.block_depths(), mask=topo.block_mask()))
+      blocks = [(topo.num_nodes + 1, kw)]
+    elif lvl == "drafter" and topo is not None and not topo.is_chain:
+      blocks += [(w, dict(depths=np.zeros(w, np.int32),
+                          mask=np.eye(w, dtype=bool)))
+                 for w in sorted(set(tree_feeds(topo, drafter)) - {1})]
     for call in ("long", "short"):
       slots, enc = shapes[call][idx]
-      timers[lvl, call] = timing.step_timer(
-          model, params, batch, width, context=1, capacity=slots,
-          encoder_len=enc or 16, min_seconds=0.05, **kw)
+      for width, kw in blocks:
+        timers[lvl, call, width] = timing.step_timer(
+            model, params, batch, width, context=1, capacity=slots,
+            encoder_len=enc or 16, min_seconds=0.05, **kw)
   return timers
+
+
+def model_seconds(name, topo, drafter, lvl, call, calls, iters, med) -> float:
+  """Seconds of ``lvl``'s model calls in one decode: its calls priced at
+  their widths (a tree's drafter: its level calls every iteration, the rest
+  -- catch-up feeds -- as one-token steps)."""
+  n = calls[call][lvl]
+  if lvl != "drafter" or topo is None or topo.is_chain:
+    width = 1 if lvl == "drafter" or name == "target" else topo.num_nodes + 1
+    return n * med[lvl, call, width]
+  feeds = tree_feeds(topo, drafter)
+  levels = iters[call] * sum(med[lvl, call, w] for w in feeds)
+  return levels + max(0, n - len(feeds) * iters[call]) * med[lvl, call, 1]
 
 
 def piece_ms(name, topo, vocab, batch, temp, repeats):

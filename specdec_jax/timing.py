@@ -55,6 +55,17 @@ def _block_layout(width: int, depths, mask):
   return tree, depths, mask
 
 
+def _reader(sampling) -> Callable:
+  """``(keys [B], logits [B, W, V]) -> [B] float32`` that a timed step's
+  loop sums: one logit (the call alone), or one draw from ``sampling``."""
+  if sampling is None:
+    return lambda keys, logits: logits[:, -1, 0]
+  from specdec_jax.decoding.rules import sampling as sampling_lib  # pylint: disable=g-import-not-at-top
+  strategy = sampling_lib.canonical(sampling)
+  return lambda keys, logits: sampling_lib.sample(
+      keys, strategy.probs(logits)[:, -1]).astype(jnp.float32)
+
+
 def step_timer(model, params, batch: int = 1, width: int = 1, *,
                depths: Sequence[int] | None = None, mask=None,
                context: int = 32, encoder_len: int = 16, sampling=None,
@@ -91,10 +102,7 @@ def step_timer(model, params, batch: int = 1, width: int = 1, *,
   slots = context + width + 8 if capacity is None else _check_int(
       "capacity", capacity, context + width)
   tree, depths, mask = _block_layout(width, depths, mask)
-  if sampling is not None:
-    from specdec_jax.decoding.rules import sampling as sampling_lib  # pylint: disable=g-import-not-at-top
-    strategy = sampling_lib.canonical(sampling)
-    draw = sampling_lib.sample
+  read = _reader(sampling)
   enc_in = jnp.full((batch, encoder_len), 5, jnp.int32)
 
   @jax.jit
@@ -118,11 +126,7 @@ def step_timer(model, params, batch: int = 1, width: int = 1, *,
     def body(_, carry):
       cache, acc = carry
       logits, new = model.step(params, toks, cache, **kw)  # [B, W, V]
-      if sampling is None:
-        out = logits[:, -1, 0]  # [B]
-      else:
-        out = draw(keys, strategy.probs(logits)[:, -1]).astype(jnp.float32)
-      return new.with_lengths(cache.lengths), acc + out
+      return new.with_lengths(cache.lengths), acc + read(keys, logits)
 
     return jax.lax.fori_loop(0, iters, body,
                              (cache, jnp.zeros((batch,), jnp.float32)))[1]

@@ -8,8 +8,8 @@ import pytest
 from specdec_jax.decoding.loops.drafting import FallbackStop
 from specdec_jax.decoding.rules import sampling
 from specdec_jax.decoding.rules.targets import Lossy, SpecDecode
-from specdec_jax.decoding.verify.chain import (greedy_verifiable,
-                                               verify_block, verify_greedy)
+from specdec_jax.decoding.verify.chain import verify_block
+from specdec_jax.decoding.verify.greedy import greedy_verifiable, verify_greedy
 
 
 def _both(fn):

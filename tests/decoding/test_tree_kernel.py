@@ -7,6 +7,9 @@ import pytest
 
 from specdec_jax import decoding
 from specdec_jax.decoding.rules import keys as keys_lib
+from specdec_jax.decoding.rules import sampling
+from specdec_jax.decoding.rules.targets import SpecDecode
+from specdec_jax.decoding.verify import greedy
 from specdec_jax.decoding.verify import tree as tree_lib
 
 
@@ -169,8 +172,6 @@ def test_static_bounds_cover_every_tree_of_that_shape(n, d, c):
 def test_greedy_tree_verification_is_the_kernel_at_temperature_zero(
     kind, topology):
   """verify_tree_greedy == verify_tree for a greedy drafter's children."""
-  from specdec_jax.decoding.rules import sampling  # pylint: disable=g-import-not-at-top
-  from specdec_jax.decoding.rules.targets import SpecDecode  # pylint: disable=g-import-not-at-top
   b, v = 96, 13
   n = topology.num_nodes
   tree = {k: jnp.asarray(x) for k, x in tree_lib.tree_arrays(topology,
@@ -187,8 +188,8 @@ def test_greedy_tree_verification_is_the_kernel_at_temperature_zero(
       nodes[:, kid] = order[:, j, 0 if kind == "iid" else i]
   tokens = jnp.concatenate([jnp.full((b, 1), 3, jnp.int32),
                             jnp.asarray(nodes)], axis=1)
-  greedy = sampling.canonical(sampling.Temperature(0.0))
-  sq, sp = greedy.probs(q_logits), greedy.probs(p_logits)
+  cold = sampling.canonical(sampling.Temperature(0.0))
+  sq, sp = cold.probs(q_logits), cold.probs(p_logits)
   key = jax.random.key(4)
   u = jax.random.uniform(key, (b, n))
   keys = jax.random.split(key, b)
@@ -196,7 +197,7 @@ def test_greedy_tree_verification_is_the_kernel_at_temperature_zero(
                               sampling.unscaled(q_logits),
                               sampling.unscaled(p_logits), sq, sp, u, keys,
                               lambda depth: keys)
-  fast = tree_lib.verify_tree_greedy(tokens, tree, p_logits)
+  fast = greedy.verify_tree_greedy(tokens, tree, p_logits)
   accepted = np.asarray(full.accepted)
   assert accepted.min() < accepted.max() and accepted.max() >= 2  # varied
   for name in ("accepted", "path", "token", "rejected", "defer", "accept"):

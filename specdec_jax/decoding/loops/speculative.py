@@ -23,8 +23,8 @@ from specdec_jax.decoding.loops.state import (
     Batch, DraftState, Level, LoopConfig, Stream, all_finite)
 from specdec_jax.decoding.rules import keys as keys_lib
 from specdec_jax.decoding.rules import sampling
-from specdec_jax.decoding.verify.chain import (greedy_verifiable,
-                                               verify_block, verify_greedy)
+from specdec_jax.decoding.verify.chain import verify_block
+from specdec_jax.decoding.verify.greedy import greedy_verifiable, verify_greedy
 
 
 class SpecRule(Protocol, Hashable):

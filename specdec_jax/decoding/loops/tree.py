@@ -34,7 +34,7 @@ from specdec_jax.decoding.loops.tree_drafting import draft_tree
 from specdec_jax.decoding.rules import keys as keys_lib
 from specdec_jax.decoding.rules import sampling
 from specdec_jax.decoding.verify import tree as tree_lib
-from specdec_jax.decoding.verify.chain import greedy_verifiable
+from specdec_jax.decoding.verify import greedy
 from specdec_jax.decoding.verify.topology import Topology
 
 
@@ -97,9 +97,9 @@ def _body(models, params, batch: Batch, cfg: TreeConfig, rule,
         key_bonus=lambda n: keys_lib.row_keys(req.seed, req.request_id,
                                               start + n, keys_lib.DRAFT))
 
-  if greedy_verifiable(target, None):
+  if greedy.greedy_verifiable(target, None):
     out = lax.cond(sampling.is_cold(strategy),
-                   lambda: tree_lib.verify_tree_greedy(block, tree, p_logits),
+                   lambda: greedy.verify_tree_greedy(block, tree, p_logits),
                    verify)
   else:
     out = verify()

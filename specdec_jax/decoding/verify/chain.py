@@ -14,8 +14,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from specdec_jax.decoding.rules import sampling
-from specdec_jax.decoding.rules.targets import (SpecDecode, Target, effective,
-                                               residual)
+from specdec_jax.decoding.rules.targets import Target, effective, residual
 
 
 @struct.dataclass
@@ -138,35 +137,3 @@ def verify_block(target: Target, drafts: jax.Array, q: jax.Array,
   return BlockResult(accepted=accepted.astype(jnp.int32), token=token,
                      defer=defer, accept=accept, pi=pi)
 
-
-def greedy_verifiable(target: Target, stop) -> bool:
-  """Whether :func:`verify_greedy` gives ``verify_block``'s result for a
-  batch whose every row is greedy (static: lossless target, no BiLD stop,
-  the lean paths on)."""
-  return sampling.LEAN and type(target) is SpecDecode and stop is None
-
-
-def verify_greedy(drafts: jax.Array, p_logits: jax.Array) -> BlockResult:
-  """``verify_block`` of SpecDecode when every row is greedy (temperature 0).
-
-  Then S(q) and S(p) are one-hot at the argmaxes and every draft is its
-  drafter's argmax, so draft j is accepted iff it is the verifier's argmax
-  at j (``u * 1 < 1`` for any u < 1), and the residual after a rejection at
-  n, like the bonus at gamma, is one-hot at the verifier's argmax at n: the
-  same tokens without the softmaxes, the uniforms and their keys.
-
-  Args:
-    drafts: [B, gamma] int32 drafted tokens (the drafter's argmaxes).
-    p_logits: [B, gamma + 1, V] verifier logits.
-
-  Returns:
-    BlockResult (``pi`` None; ``defer`` zeros).
-  """
-  gamma = drafts.shape[1]
-  best = sampling.argmax(p_logits)  # [B, g + 1]
-  accept = drafts == best[:, :gamma]  # [B, g]
-  accepted = jnp.sum(jnp.cumprod(accept.astype(jnp.int32), axis=1), axis=1)
-  token = jnp.take_along_axis(best, accepted[:, None], axis=1)[:, 0]
-  return BlockResult(accepted=accepted.astype(jnp.int32),
-                     token=token.astype(jnp.int32),
-                     defer=jnp.zeros(best.shape, jnp.float32), accept=accept)

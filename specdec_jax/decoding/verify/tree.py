@@ -359,7 +359,7 @@ def verify_tree(target: Target, kind: str, tokens: jax.Array, tree: dict,
   if not target.normalized:
     pi = effective(pi, sq)
   ok, r = _sibling_tests(kind, pi, sq, tokens[:, 1:], children, u)
-  n, path, cur, rejected, accept = _walk(ok, children, d_max)
+  n, path, cur, rejected, accept = walk(ok, children, d_max)
   key_n = jax.vmap(jax.random.fold_in)(key_residual, n)
   key = jnp.where(rejected, key_n, key_bonus(n))
   token = sampling.sample(key, _take(r, cur))
@@ -368,19 +368,11 @@ def verify_tree(target: Target, kind: str, tokens: jax.Array, tree: dict,
                     defer=defer_path, accept=accept)
 
 
-def _walk(ok: jax.Array, children: jax.Array, d_max: int):
-  """The accepted path, given every child's test outcome.
-
-  Args:
-    ok: [B, W, C] bool: the child of rank i of block position w passes its
-      test (as if its earlier siblings were rejected).
-    children: [B, W, C] int32 child nodes (-1 padded).
-    d_max: the tree's depth D (static).
-
-  Returns:
-    (accepted n [B], path [B, D + 1], last position cur [B], rejected [B],
-    accept [B, N]) as in :class:`TreeResult`.
-  """
+def walk(ok: jax.Array, children: jax.Array, d_max: int):
+  """(accepted n [B], path [B, D + 1], last position cur [B], rejected [B],
+  accept [B, N]) of :class:`TreeResult` from ``ok`` [B, W, C] bool (the
+  rank-i child of block position w passes its test, as if its earlier
+  siblings were rejected), ``children`` [B, W, C] (-1 padded), depth D."""
   b, width = children.shape[:2]
   # The accepted child of every parent: its first passing test (-1: none).
   first = jnp.argmax(jnp.concatenate(
@@ -406,37 +398,3 @@ def _walk(ok: jax.Array, children: jax.Array, d_max: int):
       jnp.arange(1, d_max + 1)[None, :, None] <= n[:, None, None]), axis=1)
   return n, path, cur, rejected, accept
 
-
-def verify_tree_greedy(tokens: jax.Array, tree: dict,
-                       p_logits: jax.Array) -> TreeResult:
-  """``verify_tree`` of SpecDecode when every row is greedy (temperature 0).
-
-  Then pi = S(p) is one-hot at the verifier's argmax a_w of every block
-  position, and the residual a parent holds stays ``z * one-hot(a_w)``
-  whatever was rejected before (every proposal a greedy drafter's children
-  are drawn from puts mass on a_w only through a child equal to a_w). So a
-  child passes its test iff its token is a_w (``u * Q(a_w) * z < z`` for
-  any u < 1, Q <= 1), the walk takes the first such child, and the token
-  after the path is a_cur: the same result without the softmaxes, the
-  V-wide residuals of every sibling, the uniforms and their keys.
-
-  Args:
-    tokens: [B, N + 1] int32 block tokens (root = pending, then nodes).
-    tree: the per-row tree arrays (``tree_arrays``).
-    p_logits: [B, N + 1, V] verifier logits.
-
-  Returns:
-    TreeResult (``defer`` zeros: SpecDecode defers nothing).
-  """
-  children = tree["tree.children"]  # [B, W, C]
-  d_max = tree["tree.first"].shape[1] - 2
-  best = sampling.argmax(p_logits)  # [B, W]
-  kids = jnp.take_along_axis(
-      tokens[:, 1:], jnp.maximum(children, 0).reshape(children.shape[0], -1),
-      axis=1).reshape(children.shape)  # [B, W, C]
-  ok = (children >= 0) & (kids == best[..., None])
-  n, path, cur, rejected, accept = _walk(ok, children, d_max)
-  token = jnp.take_along_axis(best, cur[:, None], axis=1)[:, 0]
-  return TreeResult(accepted=n, path=path, token=token.astype(jnp.int32),
-                    rejected=rejected,
-                    defer=jnp.zeros(path.shape, jnp.float32), accept=accept)
