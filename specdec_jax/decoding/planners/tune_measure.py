@@ -251,9 +251,10 @@ def fit_chains(measurer: DecodeMeasurer, anchors, batch: int,
   width 1..max(gammas) + 1, XLA:CPU's cost is not linear in the width, the
   drafter at 1, 0 when parameter-free; at the decodes' lengths). Each
   anchor's alpha solves chain_iterations(alpha, g, new) = its verifier
-  calls per decode call (mean over the timed passes, seeds as ``measure``) (:func:`alpha_at` interpolates between anchors); what an anchor's
-  time per call leaves after the fixed part and its model calls is its
-  loop overhead per iteration, fitted as 'chain' + g x 'draft' (one
+  calls per decode call (mean over the timed passes, seeds as
+  ``measure``; :func:`alpha_at` interpolates between anchors); what an
+  anchor's time per call leaves after the fixed part and its model calls is
+  its loop overhead per iteration, fitted as 'chain' + g x 'draft' (one
   anchor: 'chain' only).
   """
   anchors = [anchors] if isinstance(anchors, Measured) else list(anchors)
