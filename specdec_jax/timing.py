@@ -8,6 +8,14 @@ to the prefilled length, so every call sees the same shapes and no per-call
 dispatch is timed. The step count is traced (one compile per shape) and
 chosen so that one timed loop lasts at least ``min_seconds``.
 
+A timer returns the MARGINAL seconds of one call: each timing runs the loop
+twice, ``k`` and ``k + n`` steps, and keeps ``(t(k + n) - t(k)) / n``. An
+XLA:CPU launch of such a loop costs a fixed 2-4 ms on this project's
+2-core machine whatever the step count (the default T5 verifier: 4.4 ms for
+one step, 0.85 ms per further step); a decode pays it once per call (its
+fixed part), so dividing one loop's time by its steps over-prices a step by
+that fixed cost over the steps (50% for a 1 ms step in a 20 ms loop).
+
 On a shared machine, compare calls with :func:`paired_ratios`: each repeat
 times the baseline and every candidate back to back, and the median of the
 per-repeat ratios is kept (robust to load drifting between repeats).
@@ -87,13 +95,14 @@ def step_timer(model, params, batch: int = 1, width: int = 1, *,
     sampling: a sampling strategy whose ``probs`` and one draw per row are
       timed with each call (None: the call alone).
     min_iters: least calls per timed loop.
-    min_seconds: least duration of one timed loop.
+    min_seconds: least duration of the timed difference (n steps).
     capacity: cache slots (default ``context + width + 8``). Attention
       reads every slot, so a decode's step is priced at the decode's own
       capacity (``prompt + max_new + block + 2``).
 
   Returns:
-    A function that runs the loop once and returns seconds per call.
+    A function that runs the loop twice (k and k + n steps) and returns
+    the marginal seconds per call (the launch's fixed cost cancels).
   """
   batch = _check_int("batch", batch, 1)
   width = _check_int("width", width, 1)
@@ -125,23 +134,41 @@ def step_timer(model, params, batch: int = 1, width: int = 1, *,
 
     def body(_, carry):
       cache, acc = carry
-      logits, new = model.step(params, toks, cache, **kw)  # [B, W, V]
+      # The tokens depend on the carry (+0 unless it is NaN), so XLA cannot
+      # hoist the embedding and the first layer's projections out of the
+      # loop as it would for constant tokens.
+      fed = toks + jnp.isnan(acc).astype(toks.dtype)[:, None]
+      logits, new = model.step(params, fed, cache, **kw)  # [B, W, V]
       return new.with_lengths(cache.lengths), acc + read(keys, logits)
 
     return jax.lax.fori_loop(0, iters, body,
                              (cache, jnp.zeros((batch,), jnp.float32)))[1]
 
   args = (params, jnp.full((batch, width), 7, jnp.int32), prefill(params))
-  run(*args, 1).block_until_ready()  # compile and warm up
+  return _marginal(lambda iters: run(*args, iters), min_iters, min_seconds)
+
+
+def _marginal(run: Callable, min_iters: int, min_seconds: float) -> Timer:
+  """``timed() -> marginal seconds per iteration`` of ``run(iters)`` (a
+  jitted loop; returns an array): ``(t(k + n) - t(k)) / n`` with ``n``
+  iterations lasting at least ``min_seconds`` and ``k = max(1, n // 2)``,
+  so a launch's fixed cost cancels. A difference that noise makes <= 0
+  falls back to the long loop's time per iteration."""
+  run(1).block_until_ready()  # compile and warm up
   t0 = time.perf_counter()
-  run(*args, min_iters).block_until_ready()
+  run(min_iters).block_until_ready()
   each = (time.perf_counter() - t0) / min_iters
   n = max(min_iters, int(math.ceil(min_seconds / max(each, 1e-9))))
+  k = max(1, n // 2)
 
   def timed() -> float:
-    t = time.perf_counter()
-    run(*args, n).block_until_ready()
-    return (time.perf_counter() - t) / n
+    t0 = time.perf_counter()
+    run(k).block_until_ready()
+    t1 = time.perf_counter()
+    run(k + n).block_until_ready()
+    t2 = time.perf_counter()
+    diff = ((t2 - t1) - (t1 - t0)) / n
+    return diff if diff > 0 else (t2 - t1) / (k + n)
 
   return timed
 
@@ -179,18 +206,7 @@ def fn_timer(fn: Callable, *args, min_iters: int = 8,
 
     return jax.lax.fori_loop(0, iters, body, jnp.float32(0))
 
-  run(args, 1).block_until_ready()
-  t0 = time.perf_counter()
-  run(args, min_iters).block_until_ready()
-  each = (time.perf_counter() - t0) / min_iters
-  n = max(min_iters, int(math.ceil(min_seconds / max(each, 1e-9))))
-
-  def timed() -> float:
-    t = time.perf_counter()
-    run(args, n).block_until_ready()
-    return (time.perf_counter() - t) / n
-
-  return timed
+  return _marginal(lambda iters: run(args, iters), min_iters, min_seconds)
 
 
 def medians(timers: Mapping[str, Timer], repeats: int) -> dict[str, float]:

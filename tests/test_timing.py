@@ -75,3 +75,28 @@ def test_fn_timer_times_a_function_and_rejects_int_first_argument():
   assert 0 < t() < 1
   with pytest.raises(ValueError, match="floating-point first argument"):
     timing.fn_timer(lambda a: a, np.ones(3, np.int32))
+
+
+def test_marginal_timer_cancels_a_launch_cost(monkeypatch):
+  """A loop of n steps costing 4 ms per launch + 1 ms per step is priced
+  1 ms per step (not (4 + n) / n), on a fake clock; a difference that is
+  not positive falls back to the long loop's time per step."""
+  import types  # pylint: disable=g-import-not-at-top
+  clock, per_step = [0.0], [0.001]
+
+  class Done:
+
+    def block_until_ready(self):
+      return self
+
+  def run(iters):
+    clock[0] += 0.004 + per_step[0] * iters
+    return Done()
+
+  monkeypatch.setattr(timing, "time",
+                      types.SimpleNamespace(perf_counter=lambda: clock[0]))
+  timed = timing._marginal(run, 8, 0.02)  # pylint: disable=protected-access
+  assert timed() == pytest.approx(0.001)
+  per_step[0] = 0.0  # launches only: no positive difference
+  # 8 steps took 12 ms: n = ceil(0.02 / 0.0015) = 14 steps, k = 7.
+  assert timed() == pytest.approx(0.004 / 21)
