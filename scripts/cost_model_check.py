@@ -8,8 +8,10 @@ the model is fitted exactly as ``planners.tune`` fits it
 (``tune_measure.fit_chains``, one interleaved timing: every model call at
 every block width at the decodes' lengths, target-only decodes of two
 lengths for the fixed seconds per call, and TWO anchor chains (gammas 3
-and 7) for alpha and the loop overhead per iteration and per draft) on
-CALIBRATION prompts; iterations per call are the exact expectation with
+and 7; gamma 3 also at twice the tokens for the speculative decode's own
+fixed seconds per call) for alpha and the loop overhead per iteration and
+per draft; model calls priced at their MARGINAL cost in a loop,
+``timing.step_timer``) on CALIBRATION prompts; iterations per call are the exact expectation with
 the last one cut at new_tokens (``costs.chain_iterations``). Then EVERY
 chain gamma is decoded and timed back to
 back with target-only (median over repeats, each timing at least
@@ -18,8 +20,9 @@ back with target-only (median over repeats, each timing at least
 * **calibration**: on the same prompts. The error is the model's own:
   call costs timed alone, alpha interpolated between the anchors, loop
   overheads linear in gamma.
-* **held-out**: on other prompts (the workload). The model keeps alpha
-  and the loop overheads from calibration and re-times, at the
+* **held-out**: on other prompts (the workload). The model keeps alpha,
+  the loop overheads and the speculative decode's extra fixed seconds per
+  call (spec_call_s - call_s) from calibration and re-times, at the
   workload's lengths, the models' calls and target-only at two lengths
   (a call's cost depends on the prompt / input length: encode, prefill,
   attention over the cache) -- no speculative decode of the workload.
@@ -120,7 +123,8 @@ def cell(ms, ps, calib, held, enc, temp: float, b: int, args) -> list[dict]:
       widths, calls.seconds, b, (
           ("autoregressive", max(step - calls.call(-1, 1), 0.0)),
           ("chain", model.overhead("chain")),
-          ("draft", model.overhead("draft"))), fixed)}
+          ("draft", model.overhead("draft"))), fixed,
+      fixed + model.spec_call_s - model.call_s)}
   measured["held-out"] = {m.candidate: m for m in ho.measure(
       list(chains.values()), b)}
   rows = []
@@ -138,7 +142,8 @@ def cell(ms, ps, calib, held, enc, temp: float, b: int, args) -> list[dict]:
           before_tps=b * new / _before(model, old_alpha, args.old_anchor,
                                         old_call_s, g, new),
           predicted_ratio=pred / base, alphas=[list(a) for a in alphas],
-          call_s=cm.call_s, chain_s=cm.overhead("chain"),
+          call_s=cm.call_s, spec_call_s=cm.spec_call_s,
+          chain_s=cm.overhead("chain"),
           draft_s=cm.overhead("draft"),
           calls_s=[list(r) for r in cm.seconds], fit_s=fit_s))
   decoding.clear_compiled()

@@ -104,10 +104,10 @@ class _FakeMeasurer:
     per = lambda n: 2 * (4e-3 + n * 1.1e-3)  # seconds of one pass
     return {"full": lambda: per(16), "half": lambda: per(8)}
 
-  def runner(self, cand, batch):
-    g = cand.structure.gamma
-    secs = 2 * self.world.chain_decode(self.alpha, g, 16)
-    iters = 2 * costs_lib.chain_iterations(self.alpha, g, 16)  # per pass
+  def runner(self, cand, batch, new_tokens=None):
+    g, new = cand.structure.gamma, new_tokens or self.new
+    secs = 2 * self.world.chain_decode(self.alpha, g, new)
+    iters = 2 * costs_lib.chain_iterations(self.alpha, g, new)  # per pass
     return lambda seed: (secs, None, iters)
 
   def chunks(self, batch):
@@ -127,14 +127,17 @@ def test_fixed_and_step_from_two_lengths():
   assert (fixed, step) == pytest.approx((4e-3, 1e-3))
 
 
-@pytest.mark.parametrize("per_draft,anchors", [(0.0, (3,)), (1e-4, (2, 6))])
+@pytest.mark.parametrize("per_draft,anchors,h", [
+    (0.0, (3,), 2e-4), (1e-4, (2, 6), 2e-4),
+    (3e-4, (2, 6), -1e-4)])  # the residual grows faster than from 0
 def test_fit_chains_recovers_alpha_overheads_and_prices_every_gamma(
-    per_draft, anchors):
+    per_draft, anchors, h):
   from specdec_jax.decoding.planners import tune_measure  # pylint: disable=g-import-not-at-top
   calls = costs_lib.CostModel((1, 4, 8), _model().seconds, 2)
-  alpha, h, fixed, batch = 0.7, 2e-4, 4e-3, 2
+  alpha, fixed, batch = 0.7, 4e-3, 2
+  # A speculative decode's fixed part: target-only's + 1.5 ms (drafter).
   world = dataclasses.replace(calls, iteration_s=(
-      ("chain", h), ("draft", per_draft)), call_s=fixed)
+      ("chain", h), ("draft", per_draft)), call_s=fixed, spec_call_s=5.5e-3)
   m = _FakeMeasurer(world, alpha)
   fit, alphas = tune_measure.fit_chains(
       m, [m.anchor(g, batch) for g in anchors], batch, (1, 5), calls=calls)
@@ -143,6 +146,7 @@ def test_fit_chains_recovers_alpha_overheads_and_prices_every_gamma(
   assert fit.overhead("chain") == pytest.approx(h)
   assert fit.overhead("draft") == pytest.approx(per_draft, abs=1e-12)
   assert fit.call_s == pytest.approx(fixed)
+  assert fit.spec_call_s == pytest.approx(5.5e-3)
   assert fit.overhead("autoregressive") == pytest.approx(1.1e-3 - 1e-3)
   for g in (1, 2, 5, 7):  # far from the anchors too: the fixed part is
     assert fit.chain_decode(alpha, g, 16) == pytest.approx(  # not amortised
@@ -158,3 +162,19 @@ def test_alpha_between_anchors_and_bad_anchors():
   m = _FakeMeasurer(_model(), 0.7)
   with pytest.raises(ValueError, match="different gammas, got gammas"):
     tune_measure.fit_chains(m, [m.anchor(3, 2), m.anchor(3, 2)], 2, (1,))
+
+
+def test_intercept_and_the_chain_loop_floor():
+  from specdec_jax.decoding.planners import tune_measure  # pylint: disable=g-import-not-at-top
+  # 10 ms over 4 iterations, 16 ms over 7: 2 ms per iteration + 2 ms.
+  assert tune_measure._intercept(10e-3, 4, 16e-3, 7, 1e-3) == pytest.approx(
+      2e-3)  # pylint: disable=protected-access
+  assert tune_measure._intercept(10e-3, 4, 16e-3, 7, 3e-3) == 3e-3  # floor
+  assert tune_measure._intercept(10e-3, 4, 12e-3, 4, 1e-3) == 1e-3  # same
+  # 'chain' + g x 'draft' < 0 prices the loop at 0, not below.
+  cm = costs_lib.CostModel((1, 4, 8), _model().seconds, 1, (
+      ("chain", -5e-4), ("draft", 1e-4)))
+  assert cm.chain(1.0, 3) == pytest.approx(
+      (3 * cm.call(0, 1) + cm.call(-1, 4)) / 4)  # -0.2 ms -> 0
+  assert cm.chain(1.0, 7) == pytest.approx(
+      (7 * cm.call(0, 1) + cm.call(-1, 8) + 2e-4) / 8)

@@ -11,7 +11,9 @@ A :class:`CostModel` holds measured quantities only:
   fits them);
 * ``call_s``: fixed seconds per decode call (host prep, encode, prefill;
   ``tune_measure.fit_chains`` measures it from target-only decodes of
-  two lengths).
+  two lengths); ``spec_call_s`` the same for a speculative decode (the
+  drafter's encode and prefill besides the target's; fitted from an anchor
+  chain decoded at two lengths).
 
 It prices a strategy as seconds per emitted token from acceptance
 statistics (pairwise alpha for chains, per-rank acceptance for trees), and
@@ -83,8 +85,11 @@ class CostModel:
       first, the target last.
     batch: batch size of the measurements.
     iteration_s: ((structure, seconds), ...) non-model seconds per loop
-      iteration by structure (missing: 0).
-    call_s: fixed seconds per decode call.
+      iteration by structure (missing: 0). A chain's are fitted as
+      'chain' + gamma x 'draft' (either may be negative: a linear fit of
+      what two anchors leave; :meth:`chain` floors their sum at 0).
+    call_s: fixed seconds per target-only decode call.
+    spec_call_s: fixed seconds per speculative decode call (None: call_s).
   """
 
   widths: tuple[int, ...]
@@ -92,6 +97,7 @@ class CostModel:
   batch: int = 1
   iteration_s: tuple[tuple[str, float], ...] = ()
   call_s: float = 0.0
+  spec_call_s: float | None = None
 
   def __post_init__(self):
     if not self.widths or self.widths[0] != 1 or list(self.widths) != sorted(
@@ -125,20 +131,21 @@ class CostModel:
     ``drafter`` verified by the target, at pairwise acceptance ``alpha``."""
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
       raise ValueError(f"gamma must be an integer >= 1, got {gamma!r}")
-    secs = (gamma * (self.call(drafter, 1) + self.overhead("draft")) +
-            self.call(-1, gamma + 1) + self.overhead("chain"))
+    loop = max(self.overhead("chain") + gamma * self.overhead("draft"), 0.0)
+    secs = gamma * self.call(drafter, 1) + self.call(-1, gamma + 1) + loop
     return secs / chain_tokens(alpha, gamma)
 
   def chain_decode(self, alpha: float, gamma: int, new_tokens: int,
                    drafter: int = 0) -> float:
     """Seconds of one decode call of ``new_tokens`` tokens per row with a
-    chain: ``call_s`` plus ``chain_iterations`` iterations, each gamma
-    drafter steps, one target block of gamma + 1 and the chain's loop
-    overheads. The fixed part is paid once per call, so a longer chain
-    (fewer iterations) does not amortise it any differently than a
-    shorter one."""
+    chain: the speculative fixed part (``spec_call_s``; None: ``call_s``)
+    plus ``chain_iterations`` iterations, each gamma drafter steps, one
+    target block of gamma + 1 and the chain's loop overheads. The fixed
+    part is paid once per call, so a longer chain (fewer iterations) does
+    not amortise it any differently than a shorter one."""
     per_iter = self.chain(alpha, gamma, drafter) * chain_tokens(alpha, gamma)
-    return self.call_s + chain_iterations(alpha, gamma, new_tokens) * per_iter
+    fixed = self.call_s if self.spec_call_s is None else self.spec_call_s
+    return fixed + chain_iterations(alpha, gamma, new_tokens) * per_iter
 
   def target_only_decode(self, new_tokens: int) -> float:
     """Seconds of one target-only decode call of ``new_tokens`` tokens."""

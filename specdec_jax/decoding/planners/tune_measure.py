@@ -246,16 +246,20 @@ def fit_chains(measurer: DecodeMeasurer, anchors, batch: int,
   in turn, so a machine whose speed drifts moves them together) of:
   target-only decodes of two lengths (the fixed seconds per decode call
   and the per-token part, :func:`fixed_and_step`), each anchor's decode,
-  and -- unless ``calls`` gives them (model 0 the drafter, the last the
-  target) -- each model's call (:func:`call_timers`: the target at EVERY
-  width 1..max(gammas) + 1, XLA:CPU's cost is not linear in the width, the
+  the first (smallest gamma) anchor's decode of TWICE the tokens, and --
+  unless ``calls`` gives them (model 0 the drafter, the last the target)
+  -- each model's call (:func:`call_timers`: the target at EVERY width
+  1..max(gammas) + 1, XLA:CPU's cost is not linear in the width, the
   drafter at 1, 0 when parameter-free; at the decodes' lengths). Each
   anchor's alpha solves chain_iterations(alpha, g, new) = its verifier
   calls per decode call (mean over the timed passes, seeds as
-  ``measure``; :func:`alpha_at` interpolates between anchors); what an
-  anchor's time per call leaves after the fixed part and its model calls is
-  its loop overhead per iteration, fitted as 'chain' + g x 'draft' (one
-  anchor: 'chain' only).
+  ``measure``; :func:`alpha_at` interpolates between anchors). The first
+  anchor's two lengths give the speculative decode's fixed seconds per
+  call (``spec_call_s``, the intercept over its iterations; at least
+  target-only's: the drafter's encode and prefill come on top); what each
+  anchor's time per call leaves after that fixed part and its model calls
+  is its loop overhead per iteration, fitted exactly through the anchors
+  as 'chain' + g x 'draft' (one anchor: 'chain' only).
   """
   anchors = [anchors] if isinstance(anchors, Measured) else list(anchors)
   anchors.sort(key=lambda a: a.candidate.structure.gamma)
@@ -265,32 +269,48 @@ def fit_chains(measurer: DecodeMeasurer, anchors, batch: int,
                      f"different gammas, got gammas {gs}")
   widths = tuple(range(1, max(max(gammas), *gs) + 2))
   timers = measurer.split_timers(batch)
+  chunks, new = measurer.chunks(batch), measurer.new
   seen = {a.candidate: [] for a in anchors}  # verifier calls per pass
   for a in anchors:
     timers[("anchor", a.candidate)] = _counting_timer(
         measurer.runner(a.candidate, batch), measurer.seed,
         seen[a.candidate])
+  seen_long = []  # the first anchor at 2 x new
+  timers["anchor_long"] = _counting_timer(
+      measurer.runner(anchors[0].candidate, batch, new_tokens=2 * new),
+      measurer.seed, seen_long)
   if calls is None:
     timers.update(call_timers(measurer, anchors[0].candidate.levels, batch,
                               widths))
   med = timing.medians(timers, measurer.repeats)
-  chunks, new = measurer.chunks(batch), measurer.new
   fixed, step = fixed_and_step(med["full"], med["half"], new,
                                measurer.half_tokens, chunks)
   cm = calls or calls_model(med, widths, batch)
-  alphas, rest = [], []
-  for g, a in zip(gs, anchors):
-    iters = max(statistics.mean(seen[a.candidate]), 1) / chunks  # per call
-    alphas.append((g, solve_alpha(iters, g, new)))
-    rest.append((med[("anchor", a.candidate)] / chunks - fixed) / iters
-                - g * cm.call(0, 1) - cm.call(-1, g + 1))
-  per_draft = 0.0 if len(gs) == 1 else max(
-      (rest[1] - rest[0]) / (gs[1] - gs[0]), 0.0)
-  chain_s = max(statistics.mean(r - g * per_draft for g, r in zip(gs, rest)),
-                0.0)
+  iters = [max(statistics.mean(seen[a.candidate]), 1) / chunks  # per call
+           for a in anchors]
+  secs = [med[("anchor", a.candidate)] / chunks for a in anchors]
+  spec_fixed = _intercept(secs[0], iters[0], med["anchor_long"] / chunks,
+                          max(statistics.mean(seen_long), 1) / chunks, fixed)
+  alphas = tuple((g, solve_alpha(it, g, new)) for g, it in zip(gs, iters))
+  rest = [(t - spec_fixed) / it - g * cm.call(0, 1) - cm.call(-1, g + 1)
+          for g, t, it in zip(gs, secs, iters)]
+  per_draft = 0.0 if len(gs) == 1 else (rest[1] - rest[0]) / (gs[1] - gs[0])
   return costs_lib.CostModel(cm.widths, cm.seconds, batch, (
       ("autoregressive", max(step - cm.call(-1, 1), 0.0)),
-      ("chain", chain_s), ("draft", per_draft)), fixed), tuple(alphas)
+      ("chain", rest[0] - gs[0] * per_draft), ("draft", per_draft)), fixed,
+      spec_fixed), alphas
+
+
+def _intercept(short_s: float, short_iters: float, long_s: float,
+               long_iters: float, floor: float) -> float:
+  """Fixed seconds per call of a decode timed at two lengths (seconds and
+  iterations per call each): the intercept of the line through them, at
+  least ``floor`` (target-only's fixed part); ``floor`` when the
+  iterations do not differ."""
+  if long_iters <= short_iters:
+    return floor
+  per_iter = (long_s - short_s) / (long_iters - short_iters)
+  return max(short_s - short_iters * per_iter, floor)
 
 
 def alpha_at(alphas, gamma: int) -> float:
