@@ -7,8 +7,8 @@ the random 37.8M Gemma pair of bench_decode), temperature and batch size,
 the model is fitted exactly as ``planners.tune`` fits it
 (``tune_measure.fit_chains``, one interleaved timing: every model call at
 every block width at the decodes' lengths, target-only decodes of two
-lengths for the fixed seconds per call, and TWO anchor chains (gammas 3
-and 7; gamma 3 also at twice the tokens for the speculative decode's own
+lengths (new_tokens and 1) for the fixed seconds per call, and TWO anchor chains (gammas 3
+and 7; gamma 3 also decoding one token for the speculative decode's own
 fixed seconds per call) for alpha and the loop overhead per iteration and
 per draft; model calls priced at their MARGINAL cost in a loop,
 ``timing.step_timer``) on CALIBRATION prompts; iterations per call are the exact expectation with
@@ -117,7 +117,7 @@ def cell(ms, ps, calib, held, enc, temp: float, b: int, args) -> list[dict]:
   timers.update(tune_measure.call_timers(ho, (0, top), b, widths))
   med = timing.medians(timers, args.repeats)
   fixed, step = tune_measure.fixed_and_step(
-      med["full"], med["half"], new, ho.half_tokens, ho.chunks(b))
+      med["full"], med["short"], new, ho.short_tokens, ho.chunks(b))
   calls = tune_measure.calls_model(med, widths, b)
   models = {"calibration": model, "held-out": costs_lib.CostModel(
       widths, calls.seconds, b, (

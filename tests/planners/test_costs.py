@@ -95,14 +95,14 @@ class _FakeMeasurer:
   1.1 ms, 16 tokens per row, 2 calls per pass (4 rows, batch 2), each
   chain's call ``world.chain_decode``."""
 
-  new, half_tokens, seed, repeats = 16, 8, 0, 3
+  new, short_tokens, seed, repeats = 16, 1, 0, 3
 
   def __init__(self, world, alpha):
     self.stats, self.world, self.alpha = {}, world, alpha
 
   def split_timers(self, batch):
     per = lambda n: 2 * (4e-3 + n * 1.1e-3)  # seconds of one pass
-    return {"full": lambda: per(16), "half": lambda: per(8)}
+    return {"full": lambda: per(16), "short": lambda: per(1)}
 
   def runner(self, cand, batch, new_tokens=None):
     g, new = cand.structure.gamma, new_tokens or self.new

@@ -126,18 +126,24 @@ class DecodeMeasurer:
     return out
 
   def split_timers(self, batch: int) -> dict:
-    """{'full', 'half'}: timers (``timing.Timer``: seconds of one pass over
-    the rows) of target-only decodes of new_tokens and new_tokens // 2
-    tokens, to interleave with other timings (``timing.medians``)."""
+    """{'full', 'short'}: timers (``timing.Timer``: seconds of one pass
+    over the rows) of target-only decodes of new_tokens and
+    ``short_tokens`` tokens, to interleave with other timings
+    (``timing.medians``)."""
     base_c = Candidate("target_only", Chain(1), (len(self.models) - 1,))
     full = self.runner(base_c, batch)
-    half = self.runner(base_c, batch, new_tokens=self.half_tokens)
+    short = self.runner(base_c, batch, new_tokens=self.short_tokens)
     return {"full": lambda: full(self.seed + 1)[0],
-            "half": lambda: half(self.seed + 1)[0]}
+            "short": lambda: short(self.seed + 1)[0]}
 
   @property
-  def half_tokens(self) -> int:
-    return max(1, self.new // 2)
+  def short_tokens(self) -> int:
+    """Tokens of the short decode that, with the full one, splits a call
+    into its fixed part and its per-token (per-iteration) part: 1, so the
+    fixed part is read next to a measured point, not extrapolated over
+    new / 2 tokens (5% noise on each of two timings 8 tokens apart moved
+    it by +-15 ms on the random pair)."""
+    return 1
 
   def call_shape(self) -> dict:
     """``timing.step_timer``'s context / encoder_len for calls shaped like
@@ -162,14 +168,14 @@ class DecodeMeasurer:
     return float(self.quality_fn(toks, ref))
 
 
-def fixed_and_step(full: float, half: float, new: int, half_new: int,
+def fixed_and_step(full: float, short: float, new: int, short_new: int,
                    chunks: int) -> tuple[float, float]:
   """(fixed seconds per decode call, seconds per step) from the seconds of
-  one pass of ``chunks`` target-only calls of ``new`` and ``half_new``
+  one pass of ``chunks`` target-only calls of ``new`` and ``short_new``
   tokens: the difference is the per-token part, the rest of a call is
   fixed (host prep, encode, prefill, dispatch)."""
-  step = max(full - half, 0.0) / ((new - half_new) * chunks) if (
-      new > half_new) else 0.0
+  step = max(full - short, 0.0) / ((new - short_new) * chunks) if (
+      new > short_new) else 0.0
   return max(full / chunks - new * step, 0.0), step
 
 
@@ -246,7 +252,7 @@ def fit_chains(measurer: DecodeMeasurer, anchors, batch: int,
   in turn, so a machine whose speed drifts moves them together) of:
   target-only decodes of two lengths (the fixed seconds per decode call
   and the per-token part, :func:`fixed_and_step`), each anchor's decode,
-  the first (smallest gamma) anchor's decode of TWICE the tokens, and --
+  the first (smallest gamma) anchor's decode of ``short_tokens``, and --
   unless ``calls`` gives them (model 0 the drafter, the last the target)
   -- each model's call (:func:`call_timers`: the target at EVERY width
   1..max(gammas) + 1, XLA:CPU's cost is not linear in the width, the
@@ -255,7 +261,7 @@ def fit_chains(measurer: DecodeMeasurer, anchors, batch: int,
   calls per decode call (mean over the timed passes, seeds as
   ``measure``; :func:`alpha_at` interpolates between anchors). The first
   anchor's two lengths give the speculative decode's fixed seconds per
-  call (``spec_call_s``, the intercept over its iterations; at least
+  call (``spec_call_s``, the intercept at 0 iterations; at least
   target-only's: the drafter's encode and prefill come on top); what each
   anchor's time per call leaves after that fixed part and its model calls
   is its loop overhead per iteration, fitted exactly through the anchors
@@ -275,22 +281,24 @@ def fit_chains(measurer: DecodeMeasurer, anchors, batch: int,
     timers[("anchor", a.candidate)] = _counting_timer(
         measurer.runner(a.candidate, batch), measurer.seed,
         seen[a.candidate])
-  seen_long = []  # the first anchor at 2 x new
-  timers["anchor_long"] = _counting_timer(
-      measurer.runner(anchors[0].candidate, batch, new_tokens=2 * new),
-      measurer.seed, seen_long)
+  seen_short = []  # the first anchor at short_tokens
+  timers["anchor_short"] = _counting_timer(
+      measurer.runner(anchors[0].candidate, batch,
+                      new_tokens=measurer.short_tokens),
+      measurer.seed, seen_short)
   if calls is None:
     timers.update(call_timers(measurer, anchors[0].candidate.levels, batch,
                               widths))
   med = timing.medians(timers, measurer.repeats)
-  fixed, step = fixed_and_step(med["full"], med["half"], new,
-                               measurer.half_tokens, chunks)
+  fixed, step = fixed_and_step(med["full"], med["short"], new,
+                               measurer.short_tokens, chunks)
   cm = calls or calls_model(med, widths, batch)
   iters = [max(statistics.mean(seen[a.candidate]), 1) / chunks  # per call
            for a in anchors]
   secs = [med[("anchor", a.candidate)] / chunks for a in anchors]
-  spec_fixed = _intercept(secs[0], iters[0], med["anchor_long"] / chunks,
-                          max(statistics.mean(seen_long), 1) / chunks, fixed)
+  spec_fixed = _intercept(med["anchor_short"] / chunks,
+                          statistics.mean(seen_short) / chunks, secs[0],
+                          iters[0], fixed)
   alphas = tuple((g, solve_alpha(it, g, new)) for g, it in zip(gs, iters))
   rest = [(t - spec_fixed) / it - g * cm.call(0, 1) - cm.call(-1, g + 1)
           for g, t, it in zip(gs, secs, iters)]
