@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 
@@ -158,6 +159,24 @@ def within(rows, key: str, truth: str = "measured_tps",
              for r in counted), len(counted)
 
 
+def noise_floor(rows) -> str:
+  """One line: how far the ANCHORS' predictions (their own fitted points,
+  timed in the fit's pass) land from the same decodes timed in the
+  measuring pass -- the pass-to-pass noise no model can beat -- against
+  the other calibration cells' error."""
+  cal = [r for r in rows if r["prompts"] == "calibration"]
+  err = lambda r: abs(r["predicted_tps"] / r["measured_tps"] - 1)
+  anc = [err(r) for r in cal if r["fitted"]]
+  rest = [err(r) for r in cal if not r["fitted"]]
+  if not anc or not rest:
+    return ""
+  return (f"- noise floor: the anchors (fitted, so exact in the fit's own "
+          f"pass) re-measured in the measuring pass are off by more than "
+          f"10% in {sum(e > 0.10 for e in anc)}/{len(anc)}, median "
+          f"{statistics.median(anc):.1%}; the other calibration cells' "
+          f"median error is {statistics.median(rest):.1%}")
+
+
 def report(args, rows) -> None:
   """Writes <out>.md / <out>.json of the rows so far."""
   lines = ["# Cost model: predicted vs measured tokens/s, every chain gamma",
@@ -181,6 +200,7 @@ def report(args, rows) -> None:
       bb, _ = within(p, "before_tps")
       x, _ = within(p, "predicted_ratio", "ratio")
       lines.append(f"  - {pair}: {a}/{n} (before: {bb}/{n}); speedup {x}/{n}")
+  lines.append(noise_floor(rows))
   lines += ["", "| pair | batch | T | prompts | gamma | measured tok/s | "
             "predicted | error | before | error | measured x target-only | "
             "predicted x | error |", "|---|---|---|---|---|---|---|---|---|"

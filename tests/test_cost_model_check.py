@@ -40,3 +40,16 @@ def test_within_skips_the_fitted_anchor():
           dict(fitted=False, p=1.2, measured_tps=1.0, ratio=1.2)]
   assert mod.within(rows, "p") == (1, 2)
   assert mod.within(rows, "p", "ratio") == (1, 2)
+
+
+def test_noise_floor_compares_anchors_with_the_rest():
+  mod = _load()
+  row = lambda fitted, pred, where="calibration": dict(
+      fitted=fitted, prompts=where, predicted_tps=pred, measured_tps=1.0)
+  rows = [row(True, 1.2), row(True, 0.95), row(False, 1.04),
+          row(False, 0.9), row(False, 1.5, "held-out")]
+  assert mod.noise_floor(rows) == (
+      "- noise floor: the anchors (fitted, so exact in the fit's own pass) "
+      "re-measured in the measuring pass are off by more than 10% in 1/2, "
+      "median 12.5%; the other calibration cells' median error is 7.0%")
+  assert mod.noise_floor(rows[2:]) == ""
