@@ -63,10 +63,18 @@ def load_levels(name: str, n: int):
   return pair.levels(), [list(map(int, r)) for r in rows], "inputs" in enc
 
 
+def command_line(args) -> str:
+  """The command that reproduces ``args``: a flag (``--no_hierarchy``,
+  store_true) bare when set and left out when not (``--flag=False`` is an
+  argparse error)."""
+  parts = [f"--{k}" if v is True else f"--{k}={v}"
+           for k, v in vars(args).items() if v is not False]
+  return "python scripts/bench_auto.py " + " ".join(parts)
+
+
 def report(args, rows, tables) -> None:
   """Writes <out>.json and <out>.md of the cells measured so far."""
-  command = "python scripts/bench_auto.py " + " ".join(
-      f"--{k}={v}" for k, v in vars(args).items())
+  command = command_line(args)
   ok_t = sum(r["auto_over_target"] >= 0.97 for r in rows)
   ok_b = sum(r["auto_over_best"] >= 0.95 for r in rows)
   lines = [
@@ -109,7 +117,7 @@ def report(args, rows, tables) -> None:
   print(f"wrote {args.out}.md ({len(rows)} cells)", flush=True)
 
 
-def main():
+def build_parser() -> argparse.ArgumentParser:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--pairs", default="default-t5,default-gemma,random-gemma")
   ap.add_argument("--out", default="benchmarks/results/bench_auto")
@@ -122,7 +130,11 @@ def main():
   ap.add_argument("--repeats", type=int, default=3)
   ap.add_argument("--prune", type=int, default=3)
   ap.add_argument("--no_hierarchy", action="store_true")
-  args = ap.parse_args()
+  return ap
+
+
+def main():
+  args = build_parser().parse_args()
   batches = [int(b) for b in args.batches.split(",")]
   gammas = [int(g) for g in args.gammas.split(",")]
   rows, tables = [], {}
