@@ -7,15 +7,15 @@ the random 37.8M Gemma pair of bench_decode), temperature and batch size,
 the model is fitted exactly as ``planners.tune`` fits it
 (``tune_measure.fit_chains``, one interleaved timing: every model call at
 every block width at the decodes' lengths, target-only decodes of two
-lengths (new_tokens and 1) for the fixed seconds per call, and TWO anchor chains (gammas 3
-and 7; gamma 3 also decoding one token for the speculative decode's own
-fixed seconds per call) for alpha and the loop overhead per iteration and
-per draft; model calls priced at their MARGINAL cost in a loop,
-``timing.step_timer``) on CALIBRATION prompts; iterations per call are the exact expectation with
-the last one cut at new_tokens (``costs.chain_iterations``). Then EVERY
-chain gamma is decoded and timed back to
-back with target-only (median over repeats, each timing at least
---min_seconds, compile excluded) twice:
+lengths (new_tokens and 1) for the fixed seconds per call, and TWO anchor
+chains (gammas 3 and 7; gamma 3 also decoding one token for the
+speculative decode's own fixed seconds per call) for alpha and the loop
+overhead per iteration and per draft; model calls priced at their
+MARGINAL cost in a loop, ``timing.step_timer``) on CALIBRATION prompts;
+iterations per call are the exact expectation with the last one cut at
+new_tokens (``costs.chain_iterations``). Then EVERY chain gamma is decoded
+and timed back to back with target-only (median over repeats, each timing
+at least --min_seconds, compile excluded) twice:
 
 * **calibration**: on the same prompts. The error is the model's own:
   call costs timed alone, alpha interpolated between the anchors, loop
