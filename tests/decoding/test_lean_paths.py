@@ -103,3 +103,42 @@ def test_draw_takes_a_key_function():
     np.testing.assert_array_equal(
         jax.jit(lambda: sampling.draw(lambda: keys, logits, strategy))(),
         jax.jit(lambda: sampling.draw(keys, logits, strategy))())
+
+
+@pytest.mark.parametrize("family", ["gemma", "t5"])
+def test_one_block_first_feed_matches_the_cond(family):
+  """SpecDecode's draft phase feeds the drafter ONE 2-token block per row
+  (``[catchup, pending]`` on lagging rows, ``[pending, pad]`` on the others)
+  instead of a ``lax.cond`` on "some row lags": same tokens, same drafts and
+  acceptances block by block, same counters, at T = 0 and 1 -- in a decode
+  where, in some iteration, some rows lag and others do not."""
+  from specdec_jax import decoding  # pylint: disable=g-import-not-at-top
+  from tests.decoding import pairs  # pylint: disable=g-import-not-at-top
+  d, v, qp, pp = pairs.tiny_pair(family)
+  rows = pairs.random_prompts(np.random.default_rng(7), 8, v.vocab_size)
+  kw = dict(inputs=rows) if v.is_encoder_decoder else dict(prompts=rows)
+  gamma = 3
+
+  def run():
+    out = decoding.generate(
+        decoding.make_method("spec_decode"), d, v, qp, pp, gamma=gamma,
+        sampling=decoding.Temperature([0.0, 1.0] * 4), max_new_tokens=12,
+        seeds=list(range(8)), eos_id=None, return_trace=True, **kw)
+    return out
+
+  lean = run()
+  sampling.LEAN = False
+  try:
+    ref = run()
+  finally:
+    sampling.LEAN = True
+  np.testing.assert_array_equal(lean.tokens, ref.tokens)
+  for name in ("accepted", "drafted", "verifier_calls", "drafter_calls"):
+    np.testing.assert_array_equal(getattr(lean, name), getattr(ref, name))
+  for name, value in ref.trace.items():
+    np.testing.assert_array_equal(lean.trace[name], value)
+  acc = np.asarray(ref.trace["accepted"])  # [B, blocks]
+  mixed = [(acc[:, k] == gamma).any() and ((acc[:, k] >= 0) &
+                                            (acc[:, k] < gamma)).any()
+           for k in range(acc.shape[1] - 1)]
+  assert any(mixed), acc  # the next block had lagging and other rows
