@@ -175,6 +175,31 @@ DEFAULT_STRUCTURES = {
     "stack3": ("spec_decode", {}, ("stack", (2, 4), None)),
 }
 DEFAULT_ROWS = 2
+
+# Counters of a default-family case that sit within float noise of a sampled
+# accept test, so they differ between CPUs (summation order of XLA:CPU's
+# kernels) while the tokens do not. Measured on 2026-11-29: the t5_codegen
+# tree's T = 1 row 2 accepts 6 drafts on the record's machine and on CI at
+# ee2fb36, 4 on a Sapphire Rapids Xeon (before and after c083124, with
+# --xla_cpu_max_isa=AVX2 too); a relative noise of 1e-6 on the drafter's
+# weights flips it from 4 to 6 here (1 of 4 noise seeds; every other row and
+# every token unchanged in all 8 perturbed runs). Key -> ((row, counter,
+# values the row may take instead of the record's),); every other value must
+# equal the record exactly.
+NOISE_SENSITIVE = {
+    "t5_codegen@1191530be439d09b/tree_kary23": ((2, "accepted", (4,)),),
+}
+
+
+def matches_default(key: str, got: dict, want: dict) -> bool:
+  """Whether a default-family result equals its record, allowing only the
+  NOISE_SENSITIVE counters of ``key`` to take their listed other values."""
+  got = {k: list(v) for k, v in got.items()}
+  for row, counter, values in NOISE_SENSITIVE.get(key, ()):
+    if got[counter][row] in values:
+      got[counter][row] = want[counter][row]
+  return got == want
+
 DEFAULT_MAX_NEW = 8
 
 
