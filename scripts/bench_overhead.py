@@ -46,7 +46,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from specdec_jax import decoding, timing
-from specdec_jax.decoding.loops import program as program_lib
 from specdec_jax.decoding.loops import state as state_lib
 from specdec_jax.decoding.loops import tree_drafting
 from specdec_jax.decoding.rules import sampling as sampling_lib
@@ -131,24 +130,21 @@ def cache_shapes(models):
 
 
 class Variant:
-  """The compiled decode programs of one ``sampling.LEAN`` setting.
-
-  Entering installs the setting and this variant's compiled programs (so
-  the lean and the reference loops can be timed alternately in one run);
-  leaving keeps what was compiled meanwhile.
+  """One ``sampling.LEAN`` setting, installed while entered (its decode
+  programs are compiled and cached apart: ``LoopProgram`` keys carry the
+  setting), so the lean and the reference loops can be timed alternately
+  in one run.
   """
 
   def __init__(self, lean: bool):
-    self.lean, self.cache = lean, {}
+    self.lean = lean
 
   def __enter__(self):
     sampling_lib.LEAN = self.lean
-    program_lib._COMPILED.clear()  # pylint: disable=protected-access
-    program_lib._COMPILED.update(self.cache)  # pylint: disable=protected-access
     return self
 
   def __exit__(self, *exc):
-    self.cache = dict(program_lib._COMPILED)  # pylint: disable=protected-access
+    sampling_lib.LEAN = True
 
 
 def split_call(name, method, kw, topo, pair, temp, batch, new, short,
@@ -412,7 +408,6 @@ def main():
                        load_average=timing.load_average())
             rows.append(row)
             print(json.dumps(row), flush=True)
-          program_lib._COMPILED.clear()  # pylint: disable=protected-access
           sampling_lib.LEAN = True
         decoding.clear_compiled()
   results_file.write_report(args.out, command=command,

@@ -97,6 +97,11 @@ def run_case(method_name: str, pair) -> dict:
 # value (33eb9e7): trees of every proposal and a widths tree, a chain-shaped
 # top_k tree (the tree loop, not the chain shortcut), 3- and 4-level stacks
 # (one with a lenient middle level); greedy rows 0-7 and T = 1 rows 8-15.
+# One deliberate change since: the trees that catch the drafter up (every
+# case but token_v3) feed the catch-up token inside drafter call 0 (one
+# 2-token block) since 2026-11-29, so their drafter call counts (``calls``
+# [:, 0]) were rewritten to D per block -- the rest of each case (tokens,
+# acceptances, verifier calls) was checked equal to the record first.
 STRUCTURES = {
     "tree_kary23_iid": ("spec_decode", {}, ("tree", "kary", "iid")),
     "tree_kary23_without_replacement": (

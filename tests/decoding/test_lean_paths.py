@@ -142,3 +142,56 @@ def test_one_block_first_feed_matches_the_cond(family):
                                             (acc[:, k] < gamma)).any()
            for k in range(acc.shape[1] - 1)]
   assert any(mixed), acc  # the next block had lagging and other rows
+
+
+@pytest.mark.parametrize("family", ["gemma", "t5"])
+def test_tree_catch_up_inside_the_root_call_matches_the_cond(family):
+  """A tree that catches the drafter up feeds the catch-up token inside
+  drafter call 0 (one 2-token block, ``[catchup, root]`` / ``[root,
+  pad]``) instead of a separate 1-token call under a ``lax.cond``: same
+  tokens, same tree drafts and acceptances block by block, same verifier
+  counters, at T = 0 and 1, in a decode where some block has lagging and
+  other rows; the drafter makes D calls per block (the reference D, plus
+  one in every block after a row lagged)."""
+  from specdec_jax import decoding  # pylint: disable=g-import-not-at-top
+  from tests.decoding import pairs  # pylint: disable=g-import-not-at-top
+  d, v, qp, pp = pairs.tiny_pair(family)
+  rows = pairs.random_prompts(np.random.default_rng(7), 8, v.vocab_size)
+  kw = dict(inputs=rows) if v.is_encoder_decoder else dict(prompts=rows)
+  topology = decoding.Topology.kary(2, 3)
+
+  def run():
+    return decoding.generate(
+        decoding.make_method("spec_decode"), d, v, qp, pp,
+        tree=decoding.Tree(topology, proposal="without_replacement"),
+        sampling=decoding.Temperature([0.0, 1.0] * 4), max_new_tokens=12,
+        seeds=list(range(8)), eos_id=None, return_trace=True, **kw)
+
+  lean = run()
+  sampling.LEAN = False
+  try:
+    ref = run()
+  finally:
+    sampling.LEAN = True
+  np.testing.assert_array_equal(lean.tokens, ref.tokens)
+  for name in ("accepted", "drafted", "verifier_calls"):
+    np.testing.assert_array_equal(getattr(lean, name), getattr(ref, name))
+  for name, value in ref.trace.items():
+    np.testing.assert_array_equal(lean.trace[name], value)
+  acc = np.asarray(ref.trace["accepted"])  # [B, blocks]
+  depth = topology.max_depth
+  lagged = [(acc[:, k] == depth).any() for k in range(acc.shape[1] - 1)]
+  mixed = [lag and ((acc[:, k + 1] >= 0) & (acc[:, k] < depth) &
+                    (acc[:, k] >= 0)).any() for k, lag in enumerate(lagged)]
+  assert any(mixed), acc  # the next block had lagging and other rows
+  calls = np.asarray(lean.verifier_calls)
+  np.testing.assert_array_equal(lean.drafter_calls, depth * calls)
+  # The reference's extra call: in every block where some active row's
+  # last block accepted a depth-D node.
+  lags, extra = np.zeros(acc.shape[0], bool), np.zeros(acc.shape[0], int)
+  for k in range(acc.shape[1]):
+    live = acc[:, k] >= 0
+    extra += live & (lags & live).any()
+    lags = np.where(live, acc[:, k] == depth, lags)
+  assert extra.any()
+  np.testing.assert_array_equal(ref.drafter_calls, depth * calls + extra)

@@ -79,10 +79,10 @@ def test_block_seconds_by_hand():
   topo = Topology.kary(2, 2)  # prefix-fed drafter calls feed 1, 3, 7 tokens
   costs = _costs(lambda w: w, lambda w: 10 * w, overhead=0.5)
   assert tree_shape.block_seconds(topo, costs) == 1 + 3 + 7 + 70 + 0.5
-  # catchup: calls 0 and 1 only, plus a 1-token step when a depth-2 node
-  # is accepted: P = (0.5, 0.25) per rank; depth-2 reach = (0.5 + 0.25)^2.
-  got = tree_shape.block_seconds(topo, costs, "catchup", (0.5, 0.5))
-  assert got == pytest.approx(1 + 3 + 0.75**2 + 70 + 0.5)
+  # catchup: calls 0 and 1 only; call 0 feeds the catch-up slot and the
+  # root (2 tokens) on every block, whatever was accepted.
+  got = tree_shape.block_seconds(topo, costs, "catchup")
+  assert got == pytest.approx(2 + 3 + 70 + 0.5)
   # A level-fed drafter: the root, then the 2 and 4 nodes of each level.
   level = _costs(lambda w: w, lambda w: 10 * w, overhead=0.5, level_fed=True)
   assert tree_shape.block_seconds(topo, level) == 1 + 2 + 4 + 70 + 0.5

@@ -32,6 +32,7 @@ import jax
 from jax import lax
 
 from specdec_jax.decoding.loops import exported
+from specdec_jax.decoding.rules import sampling
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +53,13 @@ class LoopProgram:
   cond: Callable[[Any, Any], Any] = dataclasses.field(compare=False)
   body: Callable[[Any, Any], Any] = dataclasses.field(compare=False)
   finish: Callable[[Any, Any], Any] = dataclasses.field(compare=False)
+
+  def __post_init__(self):
+    # ``sampling.LEAN`` is read while tracing: a program built under the
+    # reference paths is another program (else a before/after run in one
+    # process would reuse the first setting's executable).
+    if not sampling.LEAN:
+      object.__setattr__(self, "key", ("reference", self.key))
 
   def run_loop(self, args, state):
     """The while loop alone (usable inside another program)."""

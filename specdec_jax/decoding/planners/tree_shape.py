@@ -29,7 +29,8 @@ tree with N nodes, depth D and at most C children costs
 with F_k the tokens compiled drafter call k feeds (``verify.tree.
 feed_widths``: the bound on the depth-k level for a level-fed drafter, the
 block prefix of depth <= k otherwise; k = 0..D when the drafter commits the
-tree, 0..D-1 plus an occasional 1-token catch-up when it catches up). The plan
+tree, 0..D-1 when it catches up, call 0 then feeding 2 tokens: the catch-up
+slot and the root, ``loops/tree_drafting.py``). The plan
 minimises cost per token over every (n, d); its predicted speedup is the
 target-only cost per token c_p(1) over that.
 
@@ -182,21 +183,16 @@ class Plan:
   candidates: tuple = ()
 
 
-def block_seconds(topology: Topology, costs, sync: str = "commit",
-                  acceptance: Sequence[float] = ()) -> float:
+def block_seconds(topology: Topology, costs, sync: str = "commit") -> float:
   """Predicted seconds of one tree block with measured ``costs``."""
   n, d, c = topology.num_nodes, topology.max_depth, topology.max_children
   feeds = tree_lib.feed_widths(n, d, c,
                                getattr(costs, "drafter_level_fed", True))
-  calls = d + 1 if sync == "commit" else d
-  total = sum(costs.drafter(feeds[k]) for k in range(calls))
-  if sync != "commit":  # catch-up after a depth-D node was accepted
-    probs = rank_probs(acceptance) + (0.0,) * c
-    reach = []
-    for parent, rank in zip(topology.parents, topology.ranks):
-      reach.append(probs[rank] * (1.0 if parent < 0 else reach[parent]))
-    deep = sum(r for r, dd in zip(reach, topology.depths) if dd == d)
-    total += deep * costs.drafter(1)
+  if sync == "commit":
+    total = sum(costs.drafter(feeds[k]) for k in range(d + 1))
+  else:  # calls 0..D-1; call 0 is a 2-token block (catch-up slot + root)
+    total = costs.drafter(feeds[0] + 1) + sum(
+        costs.drafter(feeds[k]) for k in range(1, d))
   return total + costs.verifier(n + 1) + costs.overhead
 
 
@@ -241,7 +237,7 @@ def plan_tree(acceptance: Sequence[float], costs=None, max_nodes: int = 32,
       if topo is None or topo.num_nodes != n or topo.max_depth != d:
         continue  # the same tree is reached with a smaller budget
       tokens = 1.0 + big_a[d][n]
-      secs = block_seconds(topo, costs, sync, acceptance)
+      secs = block_seconds(topo, costs, sync)
       row = dict(nodes=n, depth=d, children=topo.max_children,
                  tokens_per_call=tokens, seconds_per_token=secs / tokens,
                  speedup=costs.verifier(1) / (secs / tokens))

@@ -77,8 +77,9 @@ class Tree:
       'iid' or 'top_k' (see the module docstring).
     drafter_sync: how the drafter's cache follows the accepted path:
       'commit' (one more drafter call over the whole tree, then
-      ``cache.commit``), 'catchup' (skip that call; the next block first
-      feeds the last accepted node when it was never fed), or 'auto'
+      ``cache.commit``), 'catchup' (skip that call; the next block's
+      first call feeds the last accepted node, when it was never fed,
+      before the root), or 'auto'
       (catchup when the target never reads q at the leaves, i.e.
       SpecDecode, else commit).
   """
