@@ -57,9 +57,10 @@ class ChainDraft:
   calls: jax.Array
 
 
-def _first_feed(drafter, q_params, cache: KVCache, pending, catchup, cv,
-                pad_id: int):
-  """The draft phase's first drafter call as ONE 2-token block per row.
+def catch_up_block(drafter, q_params, cache: KVCache, pending, catchup, cv,
+                   pad_id: int):
+  """The draft phase's first drafter call as ONE 2-token block per row
+  (chains, and trees that catch the drafter up: ``tree_drafting.py``).
 
   Rows that lag (``cv`` [B]) feed ``[catchup, pending]`` and read q after
   ``pending``; the others feed ``[pending, pad]`` and read q after
@@ -112,8 +113,8 @@ def draft_chain(drafter, q_params, cache: KVCache, stream: Stream,
     return logits[:, 0], new
 
   def lagging(_):
-    return _first_feed(drafter, q_params, cache, pending, catchup, cv,
-                       pad_id)
+    return catch_up_block(drafter, q_params, cache, pending, catchup, cv,
+                          pad_id)
 
   if extra:  # the drafter ran at the bonus position: no row ever lags
     l0, cache = plain(None)  # [B, V]

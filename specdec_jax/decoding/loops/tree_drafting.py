@@ -12,9 +12,7 @@ call (k = D) also gives q at the depth-D leaves, which cascade targets need
 at the bonus position; with ``sync='catchup'`` it is skipped and a depth-D
 node on the accepted path is fed at the start of the next draft phase
 instead: call 0 is then ONE 2-token block per row, ``[catchup, root]`` on
-rows that lag and ``[root, pad]`` on the others (no conditional; the
-reference path, ``sampling.LEAN = False``, feeds the catch-up token in a
-separate 1-token call under a ``lax.cond``).
+rows that lag and ``[root, pad]`` on the others (``_catch_up``).
 
 How a call feeds the drafter depends on the model:
 
@@ -45,6 +43,7 @@ import jax.numpy as jnp
 from flax import struct
 from jax import lax
 
+from specdec_jax.decoding.loops.drafting import catch_up_block
 from specdec_jax.decoding.loops.state import Request
 from specdec_jax.decoding.rules import keys as keys_lib
 from specdec_jax.decoding.rules import sampling
@@ -165,39 +164,33 @@ def _level_feed(k, toks, tree, base, shape) -> _Feed:
                offset=start, base=base, positions=positions, mask=mask)
 
 
-def _catch_up(drafter, q_params, cache: KVCache, token, valid):
-  """Feeds ``token`` [B] on rows where ``valid`` [B] (one 1-token step)."""
+def _catch_up(drafter, q_params, cache: KVCache, pending, token, valid,
+              pad_id: int):
+  """Feeds ``token`` [B] first on rows where ``valid`` [B].
+
+  Lean (``sampling.LEAN``): with the root, as ONE 2-token block per row
+  (``drafting.catch_up_block``: ``[token, root]`` / ``[root, pad]``), which
+  is then drafter call 0. Reference: a 1-token step under a ``lax.cond``
+  on "some row lags" (whose branches XLA:CPU makes copy the drafter's
+  cache every iteration); call 0 follows.
+
+  Returns:
+    (q logits [B, 1, V] at the root, or None (reference), the drafter's
+    cache with lengths at the root's slot (the block start), extra drafter
+    calls made).
+  """
+  if sampling.LEAN:
+    l0, cache = catch_up_block(drafter, q_params, cache, pending, token,
+                               valid, pad_id)  # [B, V]; lengths past root
+    return l0[:, None], cache.with_lengths(cache.lengths - 1), 0
 
   def feed(cache):
     _, new = drafter.step(q_params, token[:, None], cache,
                           logits_at=jnp.zeros_like(token))
     return new.with_lengths(cache.lengths + valid.astype(jnp.int32))
 
-  return lax.cond(jnp.any(valid), feed, lambda c: c, cache)
-
-
-def _first_call(drafter, q_params, cache: KVCache, pending, catchup, valid,
-                pad_id: int):
-  """Catch-up and drafter call 0 as ONE 2-token block per row.
-
-  Rows where ``valid`` [B] feed ``[catchup, pending]``, the others
-  ``[pending, pad]`` (the pad's slot lies past the row's length: never
-  attended to, overwritten by call 1); q is read after ``pending`` (the
-  root). The calls :func:`_catch_up` (a ``lax.cond``, whose branches
-  XLA:CPU makes copy the drafter's cache every iteration) and call 0 make,
-  in one call.
-
-  Returns:
-    ([B, 1, V] q logits at the root, the drafter's cache with lengths at
-    the root's slot: the block start).
-  """
-  lag = valid.astype(jnp.int32)  # [B]
-  first = jnp.where(valid[:, None], jnp.stack([catchup, pending], 1),
-                    jnp.stack([pending, jnp.full_like(pending, pad_id)],
-                              1))  # [B, 2]
-  logits, new = drafter.step(q_params, first, cache,
-                             logits_at=lag[:, None])  # [B, 1, V]
-  return logits, new.with_lengths(cache.lengths + lag)
+  cache = lax.cond(jnp.any(valid), feed, lambda c: c, cache)
+  return None, cache, jnp.any(valid).astype(jnp.int32)
 
 
 def draw_children(kind: str, logits, sq, kids, slot_of, keys_at, c_max):
@@ -289,14 +282,9 @@ def draft_tree(drafter, q_params, cache: KVCache, pending: jax.Array,
   """
   n, d_max, c_max = shape
   bounds = tree_lib.level_bounds(*shape)
-  if sampling.LEAN:  # catch-up and call 0 (the root) in one 2-token block
-    root_call = _first_call(drafter, q_params, cache, pending, catchup,
-                            catchup_valid, pad_id)
-    base = root_call[1].lengths  # [B]
-  else:  # the reference: a cond on "some row lags", then the root alone
-    root_call = None
-    cache = _catch_up(drafter, q_params, cache, catchup, catchup_valid)
-    base = cache.lengths  # [B]
+  root_logits, cache, catch_up_calls = _catch_up(
+      drafter, q_params, cache, pending, catchup, catchup_valid, pad_id)
+  base = cache.lengths  # [B]: the root's slot
   b = pending.shape[0]
   depth = tree["tree.depth"]  # [B, N + 1]
   parents, ranks = tree["tree.parents"], tree["tree.rank"]
@@ -311,8 +299,8 @@ def draft_tree(drafter, q_params, cache: KVCache, pending: jax.Array,
     pos = tree["tree.first"][:, k:k + 1] + jnp.arange(bounds[k])  # [B, P]
     valid = (pos <= n) & (jnp.take_along_axis(
         depth, jnp.minimum(pos, n), axis=1) == k)
-    if k == 0 and root_call is not None:
-      lg, cache = root_call  # [B, 1, V]
+    if k == 0 and root_logits is not None:  # call 0 made by _catch_up
+      lg = root_logits  # [B, 1, V]
     else:
       lg, cache = _call_level(drafter, q_params, cache, k, toks, tree, base,
                               shape, pos, incremental)  # [B, P, V]
@@ -341,8 +329,6 @@ def draft_tree(drafter, q_params, cache: KVCache, pending: jax.Array,
     vals = jnp.take_along_axis(drawn.reshape(b, -1), at, axis=1)  # [B, N]
     toks = toks.at[:, 1:].set(jnp.where(depth[:, 1:] == k + 1, vals,
                                         toks[:, 1:]))
-  catch_up_calls = 0 if root_call is not None else jnp.any(
-      catchup_valid).astype(jnp.int32)  # the reference's separate call
   return TreeDraft(tokens=toks, logits=logits_buf, sq=sq_buf, cache=cache,
                    start=base, calls=jnp.int32(calls) + catch_up_calls)
 

@@ -78,10 +78,9 @@ class Tree:
     drafter_sync: how the drafter's cache follows the accepted path:
       'commit' (one more drafter call over the whole tree, then
       ``cache.commit``), 'catchup' (skip that call; the next block's
-      first call feeds the last accepted node, when it was never fed,
-      before the root), or 'auto'
-      (catchup when the target never reads q at the leaves, i.e.
-      SpecDecode, else commit).
+      first call feeds the last accepted node, when never fed, before the
+      root), or 'auto' (catchup when the target never reads q at the
+      leaves, i.e. SpecDecode, else commit).
   """
 
   topology: Topology
