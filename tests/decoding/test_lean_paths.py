@@ -105,26 +105,22 @@ def test_draw_takes_a_key_function():
         jax.jit(lambda: sampling.draw(keys, logits, strategy))())
 
 
-@pytest.mark.parametrize("family", ["gemma", "t5"])
-def test_one_block_first_feed_matches_the_cond(family):
-  """SpecDecode's draft phase feeds the drafter ONE 2-token block per row
-  (``[catchup, pending]`` on lagging rows, ``[pending, pad]`` on the others)
-  instead of a ``lax.cond`` on "some row lags": same tokens, same drafts and
-  acceptances block by block, same counters, at T = 0 and 1 -- in a decode
-  where, in some iteration, some rows lag and others do not."""
+def _lean_and_reference(family, *counters, **structure):
+  """(lean, reference) SpecDecode results on a tiny pair (8 rows, T 0 and 1
+  mixed, with the block trace), asserted equal in tokens, the block trace,
+  accepted / drafted / verifier calls and ``counters``."""
   from specdec_jax import decoding  # pylint: disable=g-import-not-at-top
   from tests.decoding import pairs  # pylint: disable=g-import-not-at-top
   d, v, qp, pp = pairs.tiny_pair(family)
   rows = pairs.random_prompts(np.random.default_rng(7), 8, v.vocab_size)
   kw = dict(inputs=rows) if v.is_encoder_decoder else dict(prompts=rows)
-  gamma = 3
 
   def run():
-    out = decoding.generate(
-        decoding.make_method("spec_decode"), d, v, qp, pp, gamma=gamma,
+    return decoding.generate(
+        decoding.make_method("spec_decode"), d, v, qp, pp,
         sampling=decoding.Temperature([0.0, 1.0] * 4), max_new_tokens=12,
-        seeds=list(range(8)), eos_id=None, return_trace=True, **kw)
-    return out
+        seeds=list(range(8)), eos_id=None, return_trace=True, **structure,
+        **kw)
 
   lean = run()
   sampling.LEAN = False
@@ -133,10 +129,22 @@ def test_one_block_first_feed_matches_the_cond(family):
   finally:
     sampling.LEAN = True
   np.testing.assert_array_equal(lean.tokens, ref.tokens)
-  for name in ("accepted", "drafted", "verifier_calls", "drafter_calls"):
+  for name in ("accepted", "drafted", "verifier_calls", *counters):
     np.testing.assert_array_equal(getattr(lean, name), getattr(ref, name))
   for name, value in ref.trace.items():
     np.testing.assert_array_equal(lean.trace[name], value)
+  return lean, ref
+
+
+@pytest.mark.parametrize("family", ["gemma", "t5"])
+def test_one_block_first_feed_matches_the_cond(family):
+  """SpecDecode's draft phase feeds the drafter ONE 2-token block per row
+  (``[catchup, pending]`` on lagging rows, ``[pending, pad]`` on the others)
+  instead of a ``lax.cond`` on "some row lags": same tokens, same drafts and
+  acceptances block by block, same counters, at T = 0 and 1 -- in a decode
+  where, in some iteration, some rows lag and others do not."""
+  gamma = 3
+  lean, ref = _lean_and_reference(family, "drafter_calls", gamma=gamma)
   acc = np.asarray(ref.trace["accepted"])  # [B, blocks]
   mixed = [(acc[:, k] == gamma).any() and ((acc[:, k] >= 0) &
                                             (acc[:, k] < gamma)).any()
@@ -154,30 +162,9 @@ def test_tree_catch_up_inside_the_root_call_matches_the_cond(family):
   other rows; the drafter makes D calls per block (the reference D, plus
   one in every block after a row lagged)."""
   from specdec_jax import decoding  # pylint: disable=g-import-not-at-top
-  from tests.decoding import pairs  # pylint: disable=g-import-not-at-top
-  d, v, qp, pp = pairs.tiny_pair(family)
-  rows = pairs.random_prompts(np.random.default_rng(7), 8, v.vocab_size)
-  kw = dict(inputs=rows) if v.is_encoder_decoder else dict(prompts=rows)
   topology = decoding.Topology.kary(2, 3)
-
-  def run():
-    return decoding.generate(
-        decoding.make_method("spec_decode"), d, v, qp, pp,
-        tree=decoding.Tree(topology, proposal="without_replacement"),
-        sampling=decoding.Temperature([0.0, 1.0] * 4), max_new_tokens=12,
-        seeds=list(range(8)), eos_id=None, return_trace=True, **kw)
-
-  lean = run()
-  sampling.LEAN = False
-  try:
-    ref = run()
-  finally:
-    sampling.LEAN = True
-  np.testing.assert_array_equal(lean.tokens, ref.tokens)
-  for name in ("accepted", "drafted", "verifier_calls"):
-    np.testing.assert_array_equal(getattr(lean, name), getattr(ref, name))
-  for name, value in ref.trace.items():
-    np.testing.assert_array_equal(lean.trace[name], value)
+  lean, ref = _lean_and_reference(family, tree=decoding.Tree(
+      topology, proposal="without_replacement"))
   acc = np.asarray(ref.trace["accepted"])  # [B, blocks]
   depth = topology.max_depth
   lagged = [(acc[:, k] == depth).any() for k in range(acc.shape[1] - 1)]
