@@ -35,6 +35,8 @@ cut at new_tokens). A cell is
 "within 10%" when |predicted / measured - 1| <= 0.10 (tokens/s; and the
 speedup over target-only, predicted vs the back-to-back measured ratio);
 the anchors are fitted and not counted. Writes <out>.md and <out>.json.
+Trees and hierarchies: ``scripts/cost_model_structures.py``
+(cost_model_structures.md).
 """
 
 from __future__ import annotations
@@ -222,12 +224,19 @@ def report(args, rows) -> None:
                             meta=dict(backend=jax.default_backend()))
 
 
-def main():
-  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def cell_args(doc: str, out: str) -> argparse.ArgumentParser:
+  """The flags every cost-model check shares: --pairs, --out, --batches,
+  --temperatures (its cells)."""
+  ap = argparse.ArgumentParser(description=doc.splitlines()[0])
   ap.add_argument("--pairs", default="random-gemma,default-t5,default-gemma")
-  ap.add_argument("--out", default="benchmarks/results/cost_model")
+  ap.add_argument("--out", default=out)
   ap.add_argument("--batches", default="1,8")
   ap.add_argument("--temperatures", default="0,1")
+  return ap
+
+
+def main():
+  ap = cell_args(__doc__, "benchmarks/results/cost_model")
   ap.add_argument("--gammas", default="1,2,3,4,5,6,7,8")
   ap.add_argument("--anchors", default="3,7",
                   help="the chains the model is fitted to (tune's choice "

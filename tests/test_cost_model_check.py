@@ -53,3 +53,19 @@ def test_noise_floor_compares_anchors_with_the_rest():
       "re-measured in the measuring pass are off by more than 10% in 1/2, "
       "median 12.5%; the other calibration cells' median error is 7.0%")
   assert mod.noise_floor(rows[2:]) == ""
+
+
+def test_structures_script_parses_trees_and_counts_without_anchors():
+  mod = load_script("cost_model_structures", "cost_model_structures_under_test")
+  from specdec_jax.decoding.verify.topology import Topology  # pylint: disable=g-import-not-at-top
+  trees = mod.parse_trees("2x2,1x4,plan5", (0.6, 0.3))
+  assert trees["2x2"] == Topology.kary(2, 2)
+  assert trees["1x4"] == Topology.chain(4)
+  # The Sequoia tree of 5 nodes for (0.6, 0.3) (tree_shape's DP).
+  assert trees["plan5"].num_nodes == 5
+  # At acceptance 1 the planned tree is a chain: listed once.
+  assert list(mod.parse_trees("1x4,plan4", (1.0,))) == ["1x4"]
+  rows = [dict(fitted=True, p=9.0, measured_tps=1.0),
+          dict(fitted=False, p=1.08, measured_tps=1.0),
+          dict(fitted=False, p=0.85, measured_tps=1.0)]
+  assert mod.within(rows, "p") == (1, 2)

@@ -167,10 +167,10 @@ def test_alpha_between_anchors_and_bad_anchors():
 def test_intercept_and_the_chain_loop_floor():
   from specdec_jax.decoding.planners import tune_measure  # pylint: disable=g-import-not-at-top
   # 10 ms over 4 iterations, 16 ms over 7: 2 ms per iteration + 2 ms.
-  assert tune_measure._intercept(10e-3, 4, 16e-3, 7, 1e-3) == pytest.approx(
-      2e-3)  # pylint: disable=protected-access
-  assert tune_measure._intercept(10e-3, 4, 16e-3, 7, 3e-3) == 3e-3  # floor
-  assert tune_measure._intercept(10e-3, 4, 12e-3, 4, 1e-3) == 1e-3  # same
+  assert tune_measure.intercept(10e-3, 4, 16e-3, 7, 1e-3) == pytest.approx(
+      2e-3)
+  assert tune_measure.intercept(10e-3, 4, 16e-3, 7, 3e-3) == 3e-3  # floor
+  assert tune_measure.intercept(10e-3, 4, 12e-3, 4, 1e-3) == 1e-3  # same
   # 'chain' + g x 'draft' < 0 prices the loop at 0, not below.
   cm = costs_lib.CostModel((1, 4, 8), _model().seconds, 1, (
       ("chain", -5e-4), ("draft", 1e-4)))

@@ -82,12 +82,15 @@ class Latency:
     tokens_per_target_call: E[Y_K].
     calls_per_token: expected calls of each level per emitted token.
     batch_sizes: expected size of each level's batch.
+    target_yield: [K] P(a target call emits k tokens), k = 1..K (empty
+      from ``simulate``); its mean is ``tokens_per_target_call``.
   """
 
   per_token: float
   tokens_per_target_call: float
   calls_per_token: tuple[float, ...]
   batch_sizes: tuple[float, ...]
+  target_yield: tuple[float, ...] = ()
 
 
 def evaluate(chain: Sequence[int], buffers: Sequence[int],
@@ -117,13 +120,16 @@ def evaluate(chain: Sequence[int], buffers: Sequence[int],
     er, n_dist = rounds(y, buffers[n])
     c = er * (c + cost(chain[n], bound[n - 1] + lag))
     calls = [x * er for x in calls] + [er]
-  ey = expected_tokens(alpha(chain[-1], target), n_dist)
+  a_top = alpha(chain[-1], target)
+  ey = expected_tokens(a_top, n_dist)
   total = c + cost(target, bound[-1] + 1)
   sizes = [float(buffers[0])]
   return Latency(per_token=total / ey, tokens_per_target_call=ey,
                  calls_per_token=tuple(x / ey for x in calls + [1.0]),
                  batch_sizes=tuple(sizes + [float(
-                     sum(n * p for n, p in n_dist.items()))] * (k > 1)))
+                     sum(n * p for n, p in n_dist.items()))] * (k > 1)),
+                 target_yield=tuple(float(x) for x in
+                                    yield_dist(a_top, n_dist)[1:]))
 
 
 def simulate(chain: Sequence[int], buffers: Sequence[int],

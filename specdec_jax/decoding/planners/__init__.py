@@ -8,6 +8,11 @@
                     and block width, loop overheads by structure; prices
                     chains (best_gamma) and gives the tree / hierarchy
                     planners their inputs (tree_costs, call_costs)
+    structure_fit.py
+                    fits a tree's / hierarchy's acceptance scale, loop
+                    overheads and fixed part from a few measured anchors
+                    (CostModel.tree_decode / stack_decode then price the
+                    other shapes)
     hierarchy_calibration.py
                     inputs of the hierarchy planner: pairwise alpha from one
                     teacher-forced pass, per-call costs by block width

@@ -190,6 +190,10 @@ class Costs:
     widths: measured block widths (ascending, starting at 1).
     drafter_s, verifier_s: seconds of one block step of each width.
     overhead: seconds per loop iteration outside model calls.
+    node_overhead: further seconds per iteration per tree node (work the
+      loop does for every node: draws, acceptance, masks).
+    depth_overhead: further seconds per iteration per tree level (the
+      drafter's calls' non-model work: a top-k draw per level).
     drafter_level_fed: tree drafting feeds the drafter one level per call
       (its ``masks_cached_slots``; the built-in models) rather than the
       block prefix per call.
@@ -200,6 +204,8 @@ class Costs:
   verifier_s: tuple[float, ...]
   overhead: float = 0.0
   drafter_level_fed: bool = True
+  node_overhead: float = 0.0
+  depth_overhead: float = 0.0
 
   def drafter(self, w: int) -> float:
     return float(np.interp(w, self.widths, self.drafter_s))

@@ -16,7 +16,11 @@ A :class:`CostModel` holds measured quantities only:
   chain decoded at two lengths).
 
 It prices a strategy as seconds per emitted token from acceptance
-statistics (pairwise alpha for chains, per-rank acceptance for trees), and
+statistics (pairwise alpha for chains, per-rank acceptance for trees), a
+whole decode call of a chain, a tree or a hierarchy (``chain_decode``,
+``tree_decode``, ``stack_decode``: the fixed part plus the expected
+iterations, the last one cut at new_tokens; ``structure_fit`` fits the
+tree / hierarchy terms from a few anchors of each), and
 gives the planners their inputs (``tree_costs`` for ``plan_tree``; the
 hierarchy planner takes the CostModel itself as its c_i(w):
 ``hierarchy_calibration.CallCosts`` is this class), so every planner prices
@@ -40,8 +44,12 @@ import numpy as np
 from specdec_jax import timing
 
 # 'draft': non-model seconds per DRAFTED token of a chain (the drafter's
-# inner loop: its sampling, cache writes); the others: per iteration.
-STRUCTURES = ("autoregressive", "chain", "draft", "tree", "hierarchy")
+# inner loop: its sampling, cache writes); 'tree_node' / 'tree_depth': per
+# tree node / tree level per block; 'hierarchy_buffer': per buffered token
+# (T_0 + ... + T_{K-1}) per target round of a hierarchy; the others: per
+# iteration.
+STRUCTURES = ("autoregressive", "chain", "draft", "tree", "tree_node",
+              "tree_depth", "hierarchy", "hierarchy_buffer")
 
 
 def chain_tokens(alpha: float, gamma: int) -> float:
@@ -53,26 +61,47 @@ def chain_tokens(alpha: float, gamma: int) -> float:
   return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
 
 
-def chain_iterations(alpha: float, gamma: int, new_tokens: int) -> float:
-  """Expected chain iterations to emit ``new_tokens`` tokens.
+def iterations(token_probs: Sequence[float], new_tokens: int) -> float:
+  """Expected loop iterations to emit ``new_tokens`` tokens.
 
-  Each iteration emits k = 1..gamma + 1 tokens (k - 1 drafts accepted,
-  then a residual or bonus token): P(k) = alpha^(k-1) (1 - alpha) for
-  k <= gamma, alpha^gamma for k = gamma + 1; the decode stops at
-  new_tokens, so the last iteration may emit fewer than it could. Exact
-  for i.i.d. acceptance (a recursion over the tokens left), where
-  new_tokens / chain_tokens(alpha, gamma) is not: at alpha = 1, 16 tokens
-  take 4 iterations of gamma 4 (5 tokens each), not 3.2.
+  One iteration emits k tokens with probability ``token_probs[k - 1]``
+  (i.i.d. across iterations); the decode stops at new_tokens, so the last
+  iteration may emit fewer than it could. A recursion over the tokens
+  left: left[n] = 1 + sum_k P(k) left[max(n - k, 0)].
+
+  Args:
+    token_probs: [K] P(1 token), ..., P(K tokens); sums to 1.
+    new_tokens: tokens per row.
+
+  Returns:
+    E[iterations] (float).
   """
-  if not 0.0 <= alpha <= 1.0:
-    raise ValueError(f"alpha must be in [0, 1], got {alpha!r}")
-  probs = [alpha ** (k - 1) * (1.0 - alpha) for k in range(1, gamma + 1)]
-  probs.append(alpha ** gamma)  # [gamma + 1]: k = 1..gamma + 1
+  probs = [float(p) for p in token_probs]
+  if not probs or min(probs) < 0.0 or abs(sum(probs) - 1.0) > 1e-6:
+    raise ValueError(f"token_probs must be probabilities of 1..K tokens "
+                     f"summing to 1, got {probs}")
   left = [0.0] * (int(new_tokens) + 1)  # left[n]: iterations for n tokens
   for n in range(1, len(left)):
     left[n] = 1.0 + sum(p * left[max(n - k, 0)]
                         for k, p in enumerate(probs, start=1))
   return left[-1]
+
+
+def chain_iterations(alpha: float, gamma: int, new_tokens: int) -> float:
+  """Expected chain iterations to emit ``new_tokens`` tokens.
+
+  Each iteration emits k = 1..gamma + 1 tokens (k - 1 drafts accepted,
+  then a residual or bonus token): P(k) = alpha^(k-1) (1 - alpha) for
+  k <= gamma, alpha^gamma for k = gamma + 1 (:func:`iterations`). Exact
+  for i.i.d. acceptance, where new_tokens / chain_tokens(alpha, gamma) is
+  not: at alpha = 1, 16 tokens take 4 iterations of gamma 4 (5 tokens
+  each), not 3.2.
+  """
+  if not 0.0 <= alpha <= 1.0:
+    raise ValueError(f"alpha must be in [0, 1], got {alpha!r}")
+  probs = [alpha ** (k - 1) * (1.0 - alpha) for k in range(1, gamma + 1)]
+  probs.append(alpha ** gamma)  # [gamma + 1]: k = 1..gamma + 1
+  return iterations(probs, new_tokens)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +119,9 @@ class CostModel:
       what two anchors leave; :meth:`chain` floors their sum at 0).
     call_s: fixed seconds per target-only decode call.
     spec_call_s: fixed seconds per speculative decode call (None: call_s).
+    structure_call_s: ((structure, seconds), ...) fixed seconds per decode
+      call of a structure whose fixed part differs from a chain's (a
+      hierarchy prefills its middle levels too; missing: spec_call_s).
   """
 
   widths: tuple[int, ...]
@@ -98,6 +130,7 @@ class CostModel:
   iteration_s: tuple[tuple[str, float], ...] = ()
   call_s: float = 0.0
   spec_call_s: float | None = None
+  structure_call_s: tuple[tuple[str, float], ...] = ()
 
   def __post_init__(self):
     if not self.widths or self.widths[0] != 1 or list(self.widths) != sorted(
@@ -108,7 +141,7 @@ class CostModel:
       if len(row) != len(self.widths):
         raise ValueError(f"every seconds row needs one entry per width "
                          f"({len(self.widths)}), got {len(row)}")
-    for name, _ in self.iteration_s:
+    for name, _ in self.iteration_s + self.structure_call_s:
       if name not in STRUCTURES:
         raise ValueError(f"unknown structure {name!r} in iteration_s; use "
                          f"one of {STRUCTURES}")
@@ -147,6 +180,65 @@ class CostModel:
     fixed = self.call_s if self.spec_call_s is None else self.spec_call_s
     return fixed + chain_iterations(alpha, gamma, new_tokens) * per_iter
 
+  def fixed(self, structure: str = "chain") -> float:
+    """Fixed seconds per decode call of ``structure`` ('autoregressive':
+    ``call_s``; others: ``structure_call_s``, else ``spec_call_s``, else
+    ``call_s``)."""
+    if structure == "autoregressive":
+      return self.call_s
+    own = dict(self.structure_call_s)
+    if structure in own:
+      return own[structure]
+    return self.call_s if self.spec_call_s is None else self.spec_call_s
+
+  def tree_decode(self, topology, acceptance: Sequence[float],
+                  new_tokens: int, drafter: int = 0, sync: str = "catchup",
+                  level_fed: bool = True) -> float:
+    """Seconds of one decode call of ``new_tokens`` tokens per row with a
+    token tree (``verify.topology.Topology``) at per-rank ``acceptance``:
+    the fixed part plus E[blocks] x the tree planner's block seconds
+    (``tree_shape.block_seconds``: the drafter's calls, the target's
+    N + 1-token block, the 'tree' overhead + N x 'tree_node' + D x
+    'tree_depth'); blocks are counted with the
+    tree's distribution of tokens per block (``tree_shape.tokens_dist``),
+    the last cut at new_tokens (:func:`iterations`)."""
+    from specdec_jax.decoding.planners import tree_shape  # pylint: disable=g-import-not-at-top
+    block = tree_shape.block_seconds(
+        topology, self.tree_costs(drafter, level_fed), sync)
+    blocks = iterations(tree_shape.tokens_dist(topology, acceptance),
+                        new_tokens)
+    return self.fixed("tree") + blocks * block
+
+  def stack(self, buffers: Sequence[int], alpha,
+            chain: Sequence[int] | None = None):
+    """``hierarchy.latency.evaluate`` of drafters ``chain`` (default: every
+    model but the target, cheapest first) with ``buffers`` and pairwise
+    acceptance ``alpha(i, j)`` (or an [n, n] matrix), priced by this model:
+    the target's seconds per round are ``per_token x
+    tokens_per_target_call``, the loop's 'hierarchy' overhead not
+    included."""
+    from specdec_jax.decoding.hierarchy import latency  # pylint: disable=g-import-not-at-top
+    top = len(self.seconds) - 1
+    chain = tuple(range(top)) if chain is None else tuple(chain)
+    fn = alpha if callable(alpha) else (
+        lambda i, j, a=np.asarray(alpha): float(a[i, j]))
+    return latency.evaluate(chain, tuple(buffers), fn, self.call, top)
+
+  def stack_decode(self, buffers: Sequence[int], alpha, new_tokens: int,
+                   chain: Sequence[int] | None = None) -> float:
+    """Seconds of one decode call of ``new_tokens`` tokens per row with a
+    hierarchy (:meth:`stack`): the 'hierarchy' fixed part plus E[target
+    rounds] x (the latency model's seconds per round + the 'hierarchy'
+    overhead + sum(buffers) x 'hierarchy_buffer'), rounds counted with
+    the target's distribution of tokens per call, the last cut at
+    new_tokens."""
+    lat = self.stack(buffers, alpha, chain)
+    per_round = (lat.per_token * lat.tokens_per_target_call
+                 + self.overhead("hierarchy")
+                 + sum(buffers) * self.overhead("hierarchy_buffer"))
+    return self.fixed("hierarchy") + iterations(
+        lat.target_yield, new_tokens) * per_round
+
   def target_only_decode(self, new_tokens: int) -> float:
     """Seconds of one target-only decode call of ``new_tokens`` tokens."""
     return self.call_s + new_tokens * self.target_only()
@@ -167,7 +259,8 @@ class CostModel:
     target, the tree loop's overhead)."""
     from specdec_jax.decoding.planners.calibration import Costs  # pylint: disable=g-import-not-at-top
     return Costs(self.widths, tuple(self.seconds[drafter]),
-                 tuple(self.seconds[-1]), self.overhead("tree"), level_fed)
+                 tuple(self.seconds[-1]), self.overhead("tree"), level_fed,
+                 self.overhead("tree_node"), self.overhead("tree_depth"))
 
   def __call__(self, level: int, width: int) -> float:
     """``call(level, width)``: the hierarchy planner's c_i(w)."""

@@ -24,7 +24,7 @@ Hardware-aware choice: with measured costs (``calibration.Costs``) of a
 drafter block of w tokens c_q(w) and a verifier block c_p(w), one block of a
 tree with N nodes, depth D and at most C children costs
 
-    sum_k c_q(F_k) + c_p(N + 1)    (+ the loop's fixed overhead)
+    sum_k c_q(F_k) + c_p(N + 1)    (+ the loop's: h + N h_node + D h_depth)
 
 with F_k the tokens compiled drafter call k feeds (``verify.tree.
 feed_widths``: the bound on the depth-k level for a level-fed drafter, the
@@ -96,6 +96,27 @@ def expected_accepted(topology: Topology,
   for parent, rank in zip(topology.parents, topology.ranks):
     reach.append(probs[rank] * (1.0 if parent < 0 else reach[parent]))
   return float(sum(reach))
+
+
+def tokens_dist(topology: Topology,
+                acceptance: Sequence[float]) -> tuple[float, ...]:
+  """P(a block emits k tokens), k = 1..D + 1, under per-rank acceptance.
+
+  At most one node per depth lies on the accepted path, so P(depth >= d)
+  is the sum of the reach probabilities of the depth-d nodes (as in
+  :func:`expected_accepted`); a block emits its accepted depth + 1 tokens.
+  Its mean is 1 + expected_accepted.
+  """
+  probs = rank_probs(acceptance) + (0.0,) * topology.max_children
+  reach = []
+  at_least = [1.0] + [0.0] * topology.max_depth  # [D + 1]
+  for parent, rank, depth in zip(topology.parents, topology.ranks,
+                                 topology.depths):
+    reach.append(probs[rank] * (1.0 if parent < 0 else reach[parent]))
+    at_least[depth] += reach[-1]
+  return tuple(max(at_least[m] - (at_least[m + 1] if m < len(at_least) - 1
+                                  else 0.0), 0.0)
+               for m in range(len(at_least)))
 
 
 def _tables(probs: Sequence[float], nodes: int, depth: int):
@@ -193,7 +214,9 @@ def block_seconds(topology: Topology, costs, sync: str = "commit") -> float:
   else:  # calls 0..D-1; call 0 is a 2-token block (catch-up slot + root)
     total = costs.drafter(feeds[0] + 1) + sum(
         costs.drafter(feeds[k]) for k in range(1, d))
-  return total + costs.verifier(n + 1) + costs.overhead
+  return (total + costs.verifier(n + 1) + costs.overhead
+          + n * getattr(costs, "node_overhead", 0.0)
+          + d * getattr(costs, "depth_overhead", 0.0))
 
 
 def plan_tree(acceptance: Sequence[float], costs=None, max_nodes: int = 32,

@@ -196,7 +196,7 @@ def solve_alpha(iterations: float, gamma: int, new_tokens: int) -> float:
 _TIMERS = {}
 
 
-def _step_timer(model, params, batch: int, width: int, **shape):
+def cached_step_timer(model, params, batch: int, width: int, **shape):
   """``timing.step_timer``, compiled once per (model, params, batch,
   width, shape) in this process (a tune at another temperature reuses
   it)."""
@@ -214,9 +214,10 @@ def call_timers(measurer, levels, batch: int, widths) -> dict:
   (dm, dp), (tm, tp) = [(measurer.models[i], measurer.params[i])
                         for i in levels]
   shape = measurer.call_shape()
-  timers = {("t", w): _step_timer(tm, tp, batch, w, **shape) for w in widths}
+  timers = {("t", w): cached_step_timer(tm, tp, batch, w, **shape)
+            for w in widths}
   if not costs_lib.parameter_free(dm, dp):
-    timers["q"] = _step_timer(dm, dp, batch, 1, **shape)
+    timers["q"] = cached_step_timer(dm, dp, batch, 1, **shape)
   return timers
 
 
@@ -227,7 +228,7 @@ def calls_model(med: dict, widths, batch: int) -> costs_lib.CostModel:
       tuple(med[("t", w)] for w in widths)), batch)
 
 
-def _counting_timer(run, seed: int, seen: list):
+def counting_timer(run, seed: int, seen: list):
   """A Timer of ``run`` (a DecodeMeasurer runner) over seeds seed + 1,
   seed + 2, ... (as ``measure`` times them) that appends each pass's
   verifier calls to ``seen``: the anchor's time and its iterations come
@@ -278,11 +279,11 @@ def fit_chains(measurer: DecodeMeasurer, anchors, batch: int,
   chunks, new = measurer.chunks(batch), measurer.new
   seen = {a.candidate: [] for a in anchors}  # verifier calls per pass
   for a in anchors:
-    timers[("anchor", a.candidate)] = _counting_timer(
+    timers[("anchor", a.candidate)] = counting_timer(
         measurer.runner(a.candidate, batch), measurer.seed,
         seen[a.candidate])
   seen_short = []  # the first anchor at short_tokens
-  timers["anchor_short"] = _counting_timer(
+  timers["anchor_short"] = counting_timer(
       measurer.runner(anchors[0].candidate, batch,
                       new_tokens=measurer.short_tokens),
       measurer.seed, seen_short)
@@ -296,7 +297,7 @@ def fit_chains(measurer: DecodeMeasurer, anchors, batch: int,
   iters = [max(statistics.mean(seen[a.candidate]), 1) / chunks  # per call
            for a in anchors]
   secs = [med[("anchor", a.candidate)] / chunks for a in anchors]
-  spec_fixed = _intercept(med["anchor_short"] / chunks,
+  spec_fixed = intercept(med["anchor_short"] / chunks,
                           statistics.mean(seen_short) / chunks, secs[0],
                           iters[0], fixed)
   alphas = tuple((g, solve_alpha(it, g, new)) for g, it in zip(gs, iters))
@@ -309,7 +310,7 @@ def fit_chains(measurer: DecodeMeasurer, anchors, batch: int,
       spec_fixed), alphas
 
 
-def _intercept(short_s: float, short_iters: float, long_s: float,
+def intercept(short_s: float, short_iters: float, long_s: float,
                long_iters: float, floor: float) -> float:
   """Fixed seconds per call of a decode timed at two lengths (seconds and
   iterations per call each): the intercept of the line through them, at
