@@ -161,6 +161,21 @@ def within(rows, key: str, truth: str = "measured_tps",
              for r in counted), len(counted)
 
 
+def error(r: dict, key: str, truth: str = "measured_tps") -> str:
+  """A report cell: r[key] relative to r[truth], as '+4%'."""
+  return f"{r[key] / r[truth] - 1:+.0%}"
+
+
+def cell_cells(r: dict) -> str:
+  """The leading report cells of a row: '| pair | batch | T | '."""
+  return f"| {r['pair']} | {r['batch']} | {r['temperature']:g} | "
+
+
+def anchor_tag(r: dict) -> str:
+  """' (anchor)' for a fitted row (not counted), else ''."""
+  return " (anchor)" if r["fitted"] else ""
+
+
 def noise_floor(rows) -> str:
   """One line: how far the ANCHORS' predictions (their own fitted points,
   timed in the fit's pass) land from the same decodes timed in the
@@ -208,11 +223,10 @@ def report(args, rows) -> None:
             "predicted x | error |", "|---|---|---|---|---|---|---|---|---|"
             "---|---|---|---|"]
   for r in rows:
-    err = lambda k, t="measured_tps", r=r: f"{r[k] / r[t] - 1:+.0%}"
-    tag = " (anchor)" if r["fitted"] else ""
+    err = lambda k, t="measured_tps", r=r: error(r, k, t)
     lines.append(
-        f"| {r['pair']} | {r['batch']} | {r['temperature']:g} | "
-        f"{r['prompts']} | {r['gamma']}{tag} | {r['measured_tps']:.1f} | "
+        f"{cell_cells(r)}{r['prompts']} | {r['gamma']}{anchor_tag(r)} | "
+        f"{r['measured_tps']:.1f} | "
         f"{r['predicted_tps']:.1f} | {err('predicted_tps')} | "
         f"{r['before_tps']:.1f} | {err('before_tps')} | {r['ratio']:.2f} | "
         f"{r['predicted_ratio']:.2f} | {err('predicted_ratio', 'ratio')} |")

@@ -60,7 +60,8 @@ from specdec_jax.eval import results_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_auto  # pylint: disable=g-import-not-at-top,wrong-import-position  # noqa: E402
-from cost_model_check import cell_args, within  # pylint: disable=g-import-not-at-top,wrong-import-position  # noqa: E402,F401
+from cost_model_check import (anchor_tag, cell_args, cell_cells, error,  # pylint: disable=g-import-not-at-top,wrong-import-position  # noqa: E402
+                               within)
 
 
 def parse_trees(spec: str, acceptance) -> dict[str, Topology]:
@@ -168,8 +169,8 @@ def cell(levels, calib, enc, temp: float, b: int, args, trees, stacks,
                list(c.structure.buffers)),
         measured_tps=m.tps, predicted_tps=pred, ratio=m.ratio,
         predicted_ratio=pred / base,
-        planner_tps=planner_only(kind, c, calls.select((0, top)) if
-                                 kind == "tree" else calls, acc, alpha, b),
+        planner_tps=planner_only(kind, c, pair2 if kind == "tree" else calls,
+                                 acc, alpha, b),
         measured_tokens_per_call=new * cal.chunks(b) / iters,
         predicted_tokens_per_call=new / costs_lib.iterations(dist, new),
         acceptance_scale=scale,
@@ -223,13 +224,11 @@ def report(args, rows) -> None:
             "predicted x |", "|---|---|---|---|---|---|---|---|---|---|---|"
             "---|---|---|"]
   for r in rows:
-    err = lambda k, t="measured_tps", r=r: f"{r[k] / r[t] - 1:+.0%}"
-    tag = " (anchor)" if r["fitted"] else ""
     lines.append(
-        f"| {r['pair']} | {r['batch']} | {r['temperature']:g} | "
-        f"{r['kind']} {r['structure']}{tag} | {r['measured_tps']:.1f} | "
-        f"{r['predicted_tps']:.1f} | {err('predicted_tps')} | "
-        f"{r['planner_tps']:.1f} | {err('planner_tps')} | "
+        f"{cell_cells(r)}{r['kind']} {r['structure']}{anchor_tag(r)} | "
+        f"{r['measured_tps']:.1f} | "
+        f"{r['predicted_tps']:.1f} | {error(r, 'predicted_tps')} | "
+        f"{r['planner_tps']:.1f} | {error(r, 'planner_tps')} | "
         f"{r['measured_tokens_per_call']:.2f} | "
         f"{r['predicted_tokens_per_call']:.2f} | "
         f"{r['acceptance_scale']:.2f} | {r['ratio']:.2f} | "
