@@ -20,12 +20,19 @@ at least --min_seconds, compile excluded) twice:
 * **calibration**: on the same prompts. The error is the model's own:
   call costs timed alone, alpha interpolated between the anchors, loop
   overheads linear in gamma.
-* **held-out**: on other prompts (the workload). The model keeps alpha,
-  the loop overheads and the speculative decode's extra fixed seconds per
-  call (spec_call_s - call_s) from calibration and re-times, at the
-  workload's lengths, the models' calls and target-only at two lengths
-  (a call's cost depends on the prompt / input length: encode, prefill,
-  attention over the cache) -- no speculative decode of the workload.
+* **held-out**: on other prompts (the workload; here the 8 prompts after
+  the calibration's 4, padded to 45 tokens against the calibration's 205
+  on the default families, other text). No speculative decode of the
+  workload: ``tune_measure.at_workload`` re-times there, at its lengths,
+  the models' calls and target-only at two lengths (a call's cost depends
+  on the prompt / input length: encode, prefill, attention over the
+  cache), carries the loop overheads and the speculative decode's excess
+  fixed seconds per call in proportion to those re-timed costs
+  (``CostModel.at_workload``) and scales each anchor's alpha by the pair's
+  teacher-forced acceptance on the workload over that on the calibration
+  prompts. "carried" prices the same re-timing the way this check did
+  before (overheads, excess and alpha carried unchanged); "costs moved,
+  alpha kept" moves the costs but keeps the anchors' alpha.
 
 "before" prices each cell with the previous model, fitted as it was (one
 anchor, gamma 5, from the same calibration pass; the fixed cost per call
@@ -42,6 +49,7 @@ Trees and hierarchies: ``scripts/cost_model_structures.py``
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -50,7 +58,6 @@ import time
 import jax
 
 from specdec_jax import decoding
-from specdec_jax import timing
 from specdec_jax.decoding.planners import costs as costs_lib
 from specdec_jax.decoding.planners import tune_measure
 from specdec_jax.decoding.planners.auto import Candidate
@@ -112,41 +119,46 @@ def cell(ms, ps, calib, held, enc, temp: float, b: int, args) -> list[dict]:
   ho = tune_measure.DecodeMeasurer(ms, ps, held, enc, new, sampling,
                                    args.repeats, seed=100,
                                    min_seconds=args.min_seconds)
-  # The workload's own lengths: its call costs and target-only's fixed
-  # and per-token parts re-timed (interleaved); alpha and the chain's
-  # loop overheads carried over from calibration.
-  widths = model.widths
-  timers = ho.split_timers(b)
-  timers.update(tune_measure.call_timers(ho, (0, top), b, widths))
-  med = timing.medians(timers, args.repeats)
-  fixed, step = tune_measure.fixed_and_step(
-      med["full"], med["short"], new, ho.short_tokens, ho.chunks(b))
-  calls = tune_measure.calls_model(med, widths, b)
-  models = {"calibration": model, "held-out": costs_lib.CostModel(
-      widths, calls.seconds, b, (
-          ("autoregressive", max(step - calls.call(-1, 1), 0.0)),
-          ("chain", model.overhead("chain")),
-          ("draft", model.overhead("draft"))), fixed,
-      fixed + model.spec_call_s - model.call_s)}
+  # The workload: its calls and target-only re-timed at its lengths, the
+  # speculative fits carried in proportion, alpha scaled by the pair's
+  # teacher-forced acceptance there (tune_measure.at_workload); "carried":
+  # the previous transfer (overheads, the speculative excess and alpha
+  # carried unchanged), priced from the same re-timing.
+  moved, moved_alphas = tune_measure.at_workload(model, alphas, cal, ho, b,
+                                                 (0, top))
+  carried = dataclasses.replace(
+      moved, iteration_s=(("autoregressive", moved.overhead(
+          "autoregressive")),) + tuple(
+              (k, model.overhead(k)) for k in ("chain", "draft")),
+      spec_call_s=moved.call_s + model.spec_call_s - model.call_s)
+  models = {"calibration": (model, alphas),
+            "held-out": (moved, moved_alphas)}
   measured["held-out"] = {m.candidate: m for m in ho.measure(
       list(chains.values()), b)}
+  teacher = dict(calibration=cal.teacher_alpha((0, top)),
+                 held_out=ho.teacher_alpha((0, top)))
   rows = []
   for where, got in measured.items():
-    cm = models[where]
+    cm, al = models[where]
     base = b * new / cm.target_only_decode(new)
     for g in gammas:
       m = got[chains[g]]
-      pred = b * new / cm.chain_decode(tune_measure.alpha_at(alphas, g), g,
-                                       new)
+      pred = b * new / cm.chain_decode(tune_measure.alpha_at(al, g), g, new)
       rows.append(dict(
           pair=args.pair_name, batch=b, temperature=temp, prompts=where,
           gamma=g, fitted=where == "calibration" and g in anchors,
           measured_tps=m.tps, ratio=m.ratio, predicted_tps=pred,
+          carried_tps=b * new / (cm if where == "calibration" else carried
+                                 ).chain_decode(tune_measure.alpha_at(
+                                     alphas, g), g, new),
+          costs_only_tps=b * new / cm.chain_decode(tune_measure.alpha_at(
+              alphas, g), g, new),
           before_tps=b * new / _before(model, old_alpha, args.old_anchor,
                                         old_call_s, g, new),
-          predicted_ratio=pred / base, alphas=[list(a) for a in alphas],
-          call_s=cm.call_s, spec_call_s=cm.spec_call_s,
-          chain_s=cm.overhead("chain"),
+          predicted_ratio=pred / base, alphas=[list(a) for a in al],
+          teacher_alpha=teacher, call_s=cm.call_s,
+          ar_s=cm.overhead("autoregressive"),
+          spec_call_s=cm.spec_call_s, chain_s=cm.overhead("chain"),
           draft_s=cm.overhead("draft"),
           calls_s=[list(r) for r in cm.seconds], fit_s=fit_s))
   decoding.clear_compiled()
@@ -209,15 +221,42 @@ def report(args, rows) -> None:
     a, n = within(sel, "predicted_tps")
     bb, _ = within(sel, "before_tps")
     x, _ = within(sel, "predicted_ratio", "ratio")
+    cc, _ = within(sel, "carried_tps")
+    co, _ = within(sel, "costs_only_tps")
     lines.append(f"- {where}: tokens/s within 10% **{a}/{n}** (before: "
-                 f"{bb}/{n}); speedup over target-only within 10% **{x}/{n}**")
+                 f"{bb}/{n}"
+                 + (f"; carried: {cc}/{n}; costs moved, alpha kept: {co}/{n}"
+                    if where == "held-out" else "")
+                 + f"); speedup over target-only within 10% **{x}/{n}**")
     for pair in dict.fromkeys(r["pair"] for r in sel):
       p = [r for r in sel if r["pair"] == pair]
       a, n = within(p, "predicted_tps")
       bb, _ = within(p, "before_tps")
       x, _ = within(p, "predicted_ratio", "ratio")
-      lines.append(f"  - {pair}: {a}/{n} (before: {bb}/{n}); speedup {x}/{n}")
+      cc, _ = within(p, "carried_tps")
+      co, _ = within(p, "costs_only_tps")
+      lines.append(f"  - {pair}: {a}/{n} (before: {bb}/{n}"
+                   + (f"; carried: {cc}/{n}; alpha kept: {co}/{n}"
+                      if where == "held-out" else "")
+                   + f"); speedup {x}/{n}")
   lines.append(noise_floor(rows))
+  lines += ["", "Alpha per cell: the anchors' (gamma 3 / 7, calibration), "
+            "teacher-forced on calibration / held-out prompts, and the "
+            "held-out alphas the model prices with.", "",
+            "| pair | batch | T | anchors | teacher calibration | teacher "
+            "held-out | held-out alphas |", "|---|---|---|---|---|---|---|"]
+  firsts = {}
+  for r in rows:
+    firsts.setdefault((r["pair"], r["batch"], r["temperature"]), {})[
+        r["prompts"]] = r
+  for (pair, b, t), by in firsts.items():
+    if "held-out" not in by:
+      continue
+    fmt = lambda al: " / ".join(f"{a:.3f}" for _, a in al)
+    tf = by["held-out"]["teacher_alpha"]
+    lines.append(f"| {pair} | {b} | {t:g} | {fmt(by['calibration']['alphas'])}"
+                 f" | {tf['calibration']:.3f} | {tf['held_out']:.3f} | "
+                 f"{fmt(by['held-out']['alphas'])} |")
   lines += ["", "| pair | batch | T | prompts | gamma | measured tok/s | "
             "predicted | error | before | error | measured x target-only | "
             "predicted x | error |", "|---|---|---|---|---|---|---|---|---|"

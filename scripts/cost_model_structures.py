@@ -31,7 +31,17 @@ fixed cost per call). tokens/call: new_tokens over the verifier calls of a
 decode call (measured at batch B: the loop's, i.e. its slowest row's;
 predicted: ``costs.iterations``, the last block cut at new_tokens);
 acceptance scale: fitted / calibrated acceptance of the last calibrated
-rank (trees) or of alpha(small, medium) (stacks). A cell
+rank (trees) or of alpha(small, medium) (stacks).
+
+With --num_prompts N, the N prompts after the calibration ones (the
+workload: shorter and other text on the default families) are decoded
+too, with NO speculative decode of them in the model: the calls at the
+structures' widths and target-only at two lengths are re-timed there, the
+fitted overheads and fixed parts carried in proportion to those costs
+(``CostModel.at_workload``) and the fitted acceptance scaled by the
+teacher-forced acceptance there over the calibration's
+(``structure_fit.moved_acceptance``), as ``tune_measure.at_workload`` does
+for chains (cost_model.md). A cell
 is within 10% when |predicted / measured - 1| <= 0.10; anchors are fitted
 and not counted. Writes <out>.md and <out>.json.
 """
@@ -47,6 +57,7 @@ import jax
 import numpy as np
 
 from specdec_jax import decoding
+from specdec_jax import timing
 from specdec_jax.decoding import planners
 from specdec_jax.decoding.planners import costs as costs_lib
 from specdec_jax.decoding.planners import structure_fit
@@ -105,9 +116,10 @@ def planner_only(kind, cand, calls, acc, alpha, batch) -> float:
 
 
 def cell(levels, calib, enc, temp: float, b: int, args, trees, stacks,
-         acc, alpha) -> list[dict]:
+         acc, alpha, held=None) -> list[dict]:
   """Rows of one (pair, T, batch): every tree and stack, fitted and
-  measured."""
+  measured on the calibration prompts, and -- ``held``: (rows, per-rank
+  acceptance, alpha) of held-out prompts -- measured and priced there."""
   ms, ps = [m for m, _ in levels], [p for _, p in levels]
   top, new = len(ms) - 1, args.new_tokens
   sampling = decoding.Temperature(temp)
@@ -129,54 +141,105 @@ def cell(levels, calib, enc, temp: float, b: int, args, trees, stacks,
   calls = structure_fit.call_costs(cal, range(len(ms)), b, need)
   calls = costs_lib.CostModel(calls.widths, calls.seconds, b, (),
                               cm.call_s, cm.spec_call_s)
-  pair2 = calls.select((0, top))
   tree_anchors = [cands[f"tree:{t}"] for t in args.tree_anchors]
   tree_model, acc_pts = structure_fit.fit_tree(
-      cal, tree_anchors, b, pair2, acc, level_fed=level_fed,
+      cal, tree_anchors, b, calls.select((0, top)), acc, level_fed=level_fed,
       rank0=alphas[0][1] if args.rank0 == "chain" else None)
   stack_anchors = [cands[f"stack:{a},{c}"] for a, c in args.stack_anchors
                    if f"stack:{a},{c}" in cands]
+  stack_model = alpha_pts = None
   if stack_anchors:
     stack_model, alpha_pts = structure_fit.fit_stack(cal, stack_anchors, b,
                                                      calls, alpha)
-  fit_s = time.perf_counter() - t0
-  measured = {m.candidate: m for m in cal.measure(list(cands.values()), b)}
-  base = b * new / cm.target_only_decode(new)
+  fit = dict(tree=tree_model, stack=stack_model, calls=calls,
+             tree_acc=lambda n: structure_fit.at_size(acc_pts, n),
+             stack_alpha=lambda n: structure_fit.at_size(alpha_pts, n),
+             acc=acc, alpha=alpha, base=b * new / cm.target_only_decode(new),
+             anchors=set(tree_anchors) | set(stack_anchors),
+             level_fed=level_fed, fit_s=time.perf_counter() - t0)
+  rows = priced_rows("calibration", cal, cands, fit, b, temp, args)
+  if held is not None:
+    rows += priced_rows("held-out", *moved(levels, held, enc, sampling, b,
+                                           args, cands, fit, need), b, temp,
+                        args)
+  decoding.clear_compiled()
+  return rows
+
+
+def moved(levels, held, enc, sampling, b: int, args, cands, fit, need):
+  """(measurer, candidates, fit) of the held-out prompts: no speculative
+  decode of them is timed for the model -- the calls at the structures'
+  widths and target-only at two lengths re-timed there, every fitted
+  overhead and fixed part carried in proportion (``CostModel.at_workload``)
+  and each fitted acceptance scaled by the teacher-forced ratio
+  (``structure_fit.moved_acceptance``)."""
+  rows, acc_h, alpha_h = held
+  ms, ps = [m for m, _ in levels], [p for _, p in levels]
+  top = len(ms) - 1
+  ho = tune_measure.DecodeMeasurer(ms, ps, rows, enc, args.new_tokens,
+                                   sampling, args.repeats, seed=100,
+                                   min_seconds=args.min_seconds)
+  med = timing.medians(ho.split_timers(b), ho.repeats)
+  fixed, step = tune_measure.fixed_and_step(
+      med["full"], med["short"], ho.new, ho.short_tokens, ho.chunks(b))
+  calls = structure_fit.call_costs(ho, range(len(ms)), b, need)
+  ar = max(step - calls.call(-1, 1), 0.0)
+  tree = fit["tree"].at_workload(calls.select((0, top)), fixed, ar)
+  stack = None if fit["stack"] is None else fit["stack"].at_workload(
+      calls, fixed, ar)
+  acc, alpha = fit["acc"], fit["alpha"]
+  return ho, cands, dict(
+      fit, tree=tree, stack=stack, calls=calls, acc=acc_h, alpha=alpha_h,
+      anchors=set(), base=b * ho.new / tree.target_only_decode(ho.new),
+      tree_acc=lambda n: structure_fit.moved_acceptance(
+          fit["tree_acc"](n), acc, acc_h),
+      stack_alpha=lambda n: structure_fit.moved_acceptance(
+          fit["stack_alpha"](n), alpha, alpha_h))
+
+
+def priced_rows(where: str, measurer, cands, fit, b: int, temp: float,
+                args) -> list[dict]:
+  """Every candidate decoded back to back with target-only on
+  ``measurer``'s rows and priced by ``fit`` (its models, acceptance and
+  the planner's inputs)."""
+  new, top = args.new_tokens, len(measurer.models) - 1
+  measured = {m.candidate: m for m in measurer.measure(list(cands.values()),
+                                                       b)}
   rows = []
   for name, c in cands.items():
     m, kind = measured[c], name.split(":")[0]
     if kind == "tree":
       topo = c.structure.topology
-      fit_acc = structure_fit.at_size(acc_pts, topo.num_nodes)
-      secs = tree_model.tree_decode(topo, fit_acc, new, level_fed=level_fed)
+      fit_acc = fit["tree_acc"](topo.num_nodes)
+      secs = fit["tree"].tree_decode(topo, fit_acc, new,
+                                     level_fed=fit["level_fed"])
       dist = tree_shape.tokens_dist(topo, fit_acc)
-      fitted = c in tree_anchors
-      scale = fit_acc[-1] / max(acc[-1], 1e-9)  # a rank the scale fits
+      scale = fit_acc[-1] / max(fit["acc"][-1], 1e-9)  # a rank it fits
       fit_acc = list(fit_acc)
     else:
-      fit_alpha = structure_fit.at_size(alpha_pts, sum(c.structure.buffers))
-      secs = stack_model.stack_decode(c.structure.buffers, fit_alpha, new)
-      dist = stack_model.stack(c.structure.buffers, fit_alpha).target_yield
-      fitted = c in stack_anchors
-      scale = float(fit_alpha[0, 1] / max(alpha[0, 1], 1e-9))
+      fit_alpha = fit["stack_alpha"](sum(c.structure.buffers))
+      secs = fit["stack"].stack_decode(c.structure.buffers, fit_alpha, new)
+      dist = fit["stack"].stack(c.structure.buffers, fit_alpha).target_yield
+      scale = float(fit_alpha[0, 1] / max(fit["alpha"][0, 1], 1e-9))
       fit_acc = fit_alpha.tolist()
-    iters = max(cal.stats[(c, b)]["iterations"], 1)
+    iters = max(measurer.stats[(c, b)]["iterations"], 1)
     pred = b * new / secs
     rows.append(dict(
         pair=args.pair_name, batch=b, temperature=temp, kind=kind,
-        structure=name.split(":")[1], fitted=fitted,
+        prompts=where, structure=name.split(":")[1],
+        fitted=c in fit["anchors"],
         shape=(list(c.structure.topology.parents) if kind == "tree" else
                list(c.structure.buffers)),
         measured_tps=m.tps, predicted_tps=pred, ratio=m.ratio,
-        predicted_ratio=pred / base,
-        planner_tps=planner_only(kind, c, pair2 if kind == "tree" else calls,
-                                 acc, alpha, b),
-        measured_tokens_per_call=new * cal.chunks(b) / iters,
+        predicted_ratio=pred / fit["base"],
+        planner_tps=planner_only(
+            kind, c, fit["calls"].select((0, top)) if kind == "tree" else
+            fit["calls"], fit["acc"], fit["alpha"], b),
+        measured_tokens_per_call=new * measurer.chunks(b) / iters,
         predicted_tokens_per_call=new / costs_lib.iterations(dist, new),
         acceptance_scale=scale,
-        fitted_acceptance=fit_acc, costs=_costs(
-            tree_model if kind == "tree" else stack_model), fit_s=fit_s))
-  decoding.clear_compiled()
+        fitted_acceptance=fit_acc, costs=_costs(fit[kind]),
+        fit_s=fit["fit_s"]))
   return rows
 
 
@@ -198,34 +261,38 @@ def report(args, rows) -> None:
                f"trees and stacks; compiles included): median "
                f"{statistics.median(fits):.0f} s, max {max(fits):.0f} s.\n")
   for kind in ("tree", "stack"):
-    sel = [r for r in rows if r["kind"] == kind]
-    if not sel:
-      continue
-    a, n = within(sel, "predicted_tps")
-    pl, _ = within(sel, "planner_tps")
-    x, _ = within(sel, "predicted_ratio", "ratio")
-    lines.append(f"- {kind}s: tokens/s within 10% **{a}/{n}** (planner "
-                 f"alone: {pl}/{n}); speedup over target-only within 10% "
-                 f"**{x}/{n}**")
-    for pair in dict.fromkeys(r["pair"] for r in sel):
-      p = [r for r in sel if r["pair"] == pair]
-      a, n = within(p, "predicted_tps")
-      pl, _ = within(p, "planner_tps")
-      lines.append(f"  - {pair}: {a}/{n} (planner alone: {pl}/{n})")
+    for where in ("calibration", "held-out"):
+      sel = [r for r in rows if r["kind"] == kind
+             and r.get("prompts", "calibration") == where]
+      if not sel:
+        continue
+      a, n = within(sel, "predicted_tps")
+      pl, _ = within(sel, "planner_tps")
+      x, _ = within(sel, "predicted_ratio", "ratio")
+      lines.append(f"- {kind}s, {where} prompts: tokens/s within 10% "
+                   f"**{a}/{n}** (planner alone: {pl}/{n}); speedup over "
+                   f"target-only within 10% **{x}/{n}**")
+      for pair in dict.fromkeys(r["pair"] for r in sel):
+        p = [r for r in sel if r["pair"] == pair]
+        a, n = within(p, "predicted_tps")
+        pl, _ = within(p, "planner_tps")
+        lines.append(f"  - {pair}: {a}/{n} (planner alone: {pl}/{n})")
   anc = [abs(r["predicted_tps"] / r["measured_tps"] - 1) for r in rows
          if r["fitted"]]
   lines.append(f"- noise floor: the anchors (fitted, so exact in the fit's "
                f"own pass) re-measured in the measuring pass are off by more "
                f"than 10% in {sum(e > 0.10 for e in anc)}/{len(anc)}, median "
                f"{statistics.median(anc):.1%}")
-  lines += ["", "| pair | batch | T | structure | measured tok/s | predicted "
+  lines += ["", "| pair | batch | T | prompts | structure | measured tok/s | "
+            "predicted "
             "| error | planner alone | error | tokens/call measured | "
             "predicted | acceptance scale | measured x target-only | "
             "predicted x |", "|---|---|---|---|---|---|---|---|---|---|---|"
-            "---|---|---|"]
+            "---|---|---|---|"]
   for r in rows:
     lines.append(
-        f"{cell_cells(r)}{r['kind']} {r['structure']}{anchor_tag(r)} | "
+        f"{cell_cells(r)}{r.get('prompts', 'calibration')} | "
+        f"{r['kind']} {r['structure']}{anchor_tag(r)} | "
         f"{r['measured_tps']:.1f} | "
         f"{r['predicted_tps']:.1f} | {error(r, 'predicted_tps')} | "
         f"{r['planner_tps']:.1f} | {error(r, 'planner_tps')} | "
@@ -249,6 +316,9 @@ def main():
                        "alpha, or the calibrated one scaled with the rest")
   ap.add_argument("--chain_anchor", type=int, default=3)
   ap.add_argument("--calib_prompts", type=int, default=4)
+  ap.add_argument("--num_prompts", type=int, default=0,
+                  help="held-out prompts after the calibration ones (0: "
+                       "none), priced with the fit moved to them")
   ap.add_argument("--new_tokens", type=int, default=16)
   ap.add_argument("--repeats", type=int, default=3)
   ap.add_argument("--min_seconds", type=float, default=0.5)
@@ -267,17 +337,24 @@ def main():
   args.command = command
   rows = []
   for name in args.pairs.split(","):
-    levels, prompts, enc = bench_auto.load_levels(name, args.calib_prompts)
+    levels, prompts, enc = bench_auto.load_levels(
+        name, args.calib_prompts + args.num_prompts)
+    prompts, held = (prompts[:args.calib_prompts],
+                     prompts[args.calib_prompts:])
     args.pair_name = name
     for temp in map(float, args.temperatures.split(",")):
       children = max(int(t.split("x")[0]) for t in args.trees.split(",")
                      if "x" in t) + 4
       acc, alpha = calibrated(levels, prompts, enc, temp, children)
       trees = parse_trees(args.trees, acc)
+      moved_to = None
+      if held:
+        acc_h, alpha_h = calibrated(levels, held, enc, temp, children)
+        moved_to = (held, acc_h, np.asarray(alpha_h))
       for b in map(int, args.batches.split(",")):
         t0 = time.perf_counter()
         rows += cell(levels, prompts, enc, temp, b, args, trees, stacks,
-                     acc, np.asarray(alpha))
+                     acc, np.asarray(alpha), moved_to)
         print(f"{name} T={temp:g} b={b}: {time.perf_counter() - t0:.0f} s; "
               f"within 10% so far {within(rows, 'predicted_tps')}",
               flush=True)

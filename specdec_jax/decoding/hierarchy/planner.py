@@ -40,16 +40,34 @@ class Candidate:
   Attributes:
     chain: drafter indices, bottom first (the target is implicit).
     buffers: T_0 .. T_{K-1}.
-    latency: expected cost per emitted token (``latency.Latency``).
+    latency: expected cost of the model calls per emitted token
+      (``latency.Latency``).
+    loop_s: the loop's non-model seconds per target round
+      (:func:`loop_seconds`; 0 when the costs carry no overheads).
   """
 
   chain: tuple[int, ...]
   buffers: tuple[int, ...]
   latency: latency.Latency
+  loop_s: float = 0.0
 
   @property
   def per_token(self) -> float:
-    return self.latency.per_token
+    """Model calls plus the loop's overhead, per emitted token."""
+    return self.latency.per_token + (
+        self.loop_s / self.latency.tokens_per_target_call)
+
+
+def loop_seconds(cost, buffers: Sequence[int]) -> float:
+  """Non-model seconds per target round of a hierarchy with ``buffers``:
+  'hierarchy' + sum(buffers) x 'hierarchy_buffer' when ``cost`` is a
+  ``planners.CostModel`` holding them (``structure_fit.fit_stack`` fits
+  both from anchor decodes; ``CostModel.stack_decode`` prices the same
+  terms), else 0 (a bare cost(i, width) function: model calls only)."""
+  overhead = getattr(cost, "overhead", None)
+  if overhead is None:
+    return 0.0
+  return overhead("hierarchy") + sum(buffers) * overhead("hierarchy_buffer")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,7 +173,7 @@ def brute(alpha, cost, n: int, max_buffer: int,
     for chain in itertools.combinations(range(n - 1), depth):
       for bufs in itertools.product(range(1, max_buffer + 1), repeat=depth):
         out.append(Candidate(chain, bufs, latency.evaluate(
-            chain, bufs, a, cost, target)))
+            chain, bufs, a, cost, target), loop_seconds(cost, bufs)))
   out.sort(key=lambda c: c.per_token)
   return out
 
@@ -186,8 +204,8 @@ def dp(alpha, cost, n: int, max_buffer: int, beam: int = 8,
       scored = sorted((batch_cost(c, b), c, b) for c, b in options)
       best[i, t] = scored[:beam]
   full = {(c, b) for v in best.values() for _, c, b in v}
-  out = [Candidate(c, b, latency.evaluate(c, b, a, cost, target))
-         for c, b in full]
+  out = [Candidate(c, b, latency.evaluate(c, b, a, cost, target),
+                   loop_seconds(cost, b)) for c, b in full]
   out.sort(key=lambda c: c.per_token)
   return out
 
@@ -230,6 +248,8 @@ def plan(alpha, cost: Callable[[int, int], float], max_buffer: int = 8,
             dp(alpha, cost, n, max_buffer, beam, max_depth))
   single = min((c for c in ranked if len(c.chain) == 1),
                key=lambda c: c.per_token)
+  target_only = getattr(cost, "target_only", None)
   return Plan(best=ranked[0], top=tuple(ranked[:top]),
-              target_only=cost(n - 1, 1), best_single=single,
+              target_only=target_only() if target_only else cost(n - 1, 1),
+              best_single=single,
               names=tuple(names))

@@ -239,6 +239,48 @@ class CostModel:
     return self.fixed("hierarchy") + iterations(
         lat.target_yield, new_tokens) * per_round
 
+  def at_workload(self, calls: "CostModel", call_s: float,
+                  autoregressive: float) -> "CostModel":
+    """This model moved to another workload's lengths (prompt / input
+    width): ``calls``' model-call seconds (the same models and batch, timed
+    at the workload's lengths), its target-only fixed seconds per call
+    ``call_s`` and loop overhead ``autoregressive`` (both re-timed there:
+    ``tune_measure.fixed_and_step``). What was fitted from speculative
+    decodes is carried in proportion, since it grows with the caches and
+    the prompt as the calls do: the per-iteration overheads scale with the
+    target's step, the per-drafted-token ones ('draft', 'tree_node',
+    'hierarchy_buffer') with the drafter's (model 0; unscaled when it is
+    parameter-free), and each speculative fixed part's excess over
+    ``call_s`` with ``call_s``. Measured on the default families at batch
+    8 (prompt width 205 -> 37): the chain's overhead per iteration and the
+    target's step shrank 0.67 / 0.64 (Gemma) and 0.53 / 0.58 (T5), the
+    speculative excess and call_s 0.19 / 0.27 and 0.21 / 0.30."""
+    if calls.widths != self.widths or len(calls.seconds) != len(
+        self.seconds):
+      raise ValueError(
+          f"at_workload needs the same models timed at the same widths: "
+          f"got {len(calls.seconds)} models at widths {list(calls.widths)}, "
+          f"this model has {len(self.seconds)} at {list(self.widths)}")
+
+    def ratio(new: float, old: float) -> float:
+      return new / old if old > 0 and new > 0 else 1.0
+
+    step = ratio(calls.call(-1, 1), self.call(-1, 1))
+    draft = ratio(calls.call(0, 1), self.call(0, 1))
+    fixed = ratio(call_s, self.call_s)
+    per_draft = ("draft", "tree_node", "hierarchy_buffer")
+    iteration_s = tuple(
+        (name, s * (draft if name in per_draft else step))
+        for name, s in self.iteration_s if name != "autoregressive")
+    moved = lambda s: call_s + (s - self.call_s) * fixed
+    return dataclasses.replace(
+        self, seconds=calls.seconds, call_s=call_s,
+        iteration_s=(("autoregressive", autoregressive),) + iteration_s,
+        spec_call_s=None if self.spec_call_s is None else moved(
+            self.spec_call_s),
+        structure_call_s=tuple((n, moved(s))
+                               for n, s in self.structure_call_s))
+
   def target_only_decode(self, new_tokens: int) -> float:
     """Seconds of one target-only decode call of ``new_tokens`` tokens."""
     return self.call_s + new_tokens * self.target_only()

@@ -51,6 +51,7 @@ class DecodeMeasurer:
     self.width = max(len(r) for r in self.rows)
     self._runs = {}
     self.stats = {}
+    self._teacher = {}
 
   def runner(self, cand: Candidate, batch: int, greedy: bool = False,
              new_tokens: int | None = None):
@@ -154,6 +155,21 @@ class DecodeMeasurer:
     if self.enc:
       return dict(context=self.new // 2 + 1, encoder_len=self.width)
     return dict(context=self.width + self.new // 2)
+
+  def teacher_alpha(self, levels) -> float:
+    """Teacher-forced acceptance of models ``levels`` = (drafter, target)
+    on these rows (``pairwise_alpha``: E[sum_v min(S(q), S(p))] along the
+    target's continuations of new_tokens, seed as ``measure``; no
+    speculative decode); computed once per levels."""
+    levels = tuple(levels)
+    if levels not in self._teacher:
+      from specdec_jax.decoding.planners import hierarchy_calibration  # pylint: disable=g-import-not-at-top
+      pair = [(self.models[i], self.params[i]) for i in levels]
+      rows = {"inputs" if self.enc else "prompts": self.rows}
+      self._teacher[levels] = float(hierarchy_calibration.pairwise_alpha(
+          pair, **rows, sampling=self.sampling, new_tokens=self.new,
+          seed=self.seed)[0, 1])
+    return self._teacher[levels]
 
   def chunks(self, batch: int) -> int:
     """Decode calls per pass over the rows at ``batch``."""
@@ -308,6 +324,33 @@ def fit_chains(measurer: DecodeMeasurer, anchors, batch: int,
       ("autoregressive", max(step - cm.call(-1, 1), 0.0)),
       ("chain", rest[0] - gs[0] * per_draft), ("draft", per_draft)), fixed,
       spec_fixed), alphas
+
+
+def at_workload(model: costs_lib.CostModel, alphas, calib: DecodeMeasurer,
+                work: DecodeMeasurer, batch: int, levels
+                ) -> tuple[costs_lib.CostModel, tuple]:
+  """(CostModel, alphas) of :func:`fit_chains`' ``model`` and anchor
+  ``alphas``, fitted on ``calib``'s rows, moved to ``work``'s rows (another
+  workload: other prompt lengths, other text) without decoding them
+  speculatively. Re-timed on ``work``, interleaved: the models' calls
+  (:func:`call_timers`) and target-only at two lengths (its fixed part and
+  loop overhead); the speculative fits carried in proportion
+  (``CostModel.at_workload``); each alpha scaled by the pair's
+  teacher-forced acceptance on ``work`` over that on ``calib``
+  (``DecodeMeasurer.teacher_alpha``, capped at 1): the anchors' alpha
+  holds what teacher forcing misses (a batch waits for its slowest row,
+  acceptances are not independent), the ratio what the workload changes.
+  ``levels``: (drafter, target) indices of the measurers' models."""
+  timers = work.split_timers(batch)
+  timers.update(call_timers(work, levels, batch, model.widths))
+  med = timing.medians(timers, work.repeats)
+  fixed, step = fixed_and_step(med["full"], med["short"], work.new,
+                               work.short_tokens, work.chunks(batch))
+  calls = calls_model(med, model.widths, batch)
+  moved = model.at_workload(calls, fixed, max(step - calls.call(-1, 1), 0.0))
+  base = calib.teacher_alpha(levels)
+  scale = work.teacher_alpha(levels) / base if base > 0 else 1.0
+  return moved, tuple((g, min(1.0, a * scale)) for g, a in alphas)
 
 
 def intercept(short_s: float, short_iters: float, long_s: float,
