@@ -86,8 +86,9 @@ def report(args, rows, tables) -> None:
       f"tune considered on {args.num_prompts} HELD-OUT prompts, back to "
       f"back (median over {args.repeats} repeats of per-repeat ratios, "
       f"compile excluded). auto = the chosen candidate in this pass. "
-      f"predicted = the CostModel's tokens/s (chains; '-' where it does not "
-      f"price the structure).\n",
+      f"predicted = tune's CostModel tokens/s on the CALIBRATION prompts "
+      f"(chains; '-' where it does not price the structure; moved to the "
+      f"held-out prompts it would be tune_measure.at_workload's).\n",
       f"Goals: auto >= 0.97x target-only: {ok_t}/{len(rows)} cells; auto >= "
       f"0.95x the best candidate: {ok_b}/{len(rows)} cells.\n",
       "| pair | batch | T | auto chose | auto tok/s | target-only tok/s | "
