@@ -40,7 +40,7 @@ structures' widths and target-only at two lengths are re-timed there, the
 fitted overheads and fixed parts carried in proportion to those costs
 (``CostModel.at_workload``) and the fitted acceptance scaled by the
 teacher-forced acceptance there over the calibration's
-(``structure_fit.moved_acceptance``), as ``tune_measure.at_workload`` does
+(``costs_lib.moved_acceptance``), as ``tune_measure.at_workload`` does
 for chains (cost_model.md). A cell
 is within 10% when |predicted / measured - 1| <= 0.10; anchors are fitted
 and not counted. Writes <out>.md and <out>.json.
@@ -172,7 +172,7 @@ def moved(levels, held, enc, sampling, b: int, args, cands, fit, need):
   widths and target-only at two lengths re-timed there, every fitted
   overhead and fixed part carried in proportion (``CostModel.at_workload``)
   and each fitted acceptance scaled by the teacher-forced ratio
-  (``structure_fit.moved_acceptance``)."""
+  (``costs_lib.moved_acceptance``)."""
   rows, acc_h, alpha_h = held
   ms, ps = [m for m, _ in levels], [p for _, p in levels]
   top = len(ms) - 1
@@ -180,8 +180,7 @@ def moved(levels, held, enc, sampling, b: int, args, cands, fit, need):
                                    sampling, args.repeats, seed=100,
                                    min_seconds=args.min_seconds)
   med = timing.medians(ho.split_timers(b), ho.repeats)
-  fixed, step = tune_measure.fixed_and_step(
-      med["full"], med["short"], ho.new, ho.short_tokens, ho.chunks(b))
+  fixed, step = tune_measure.target_only_split(ho, med, b)
   calls = structure_fit.call_costs(ho, range(len(ms)), b, need)
   ar = max(step - calls.call(-1, 1), 0.0)
   tree = fit["tree"].at_workload(calls.select((0, top)), fixed, ar)
@@ -191,9 +190,9 @@ def moved(levels, held, enc, sampling, b: int, args, cands, fit, need):
   return ho, cands, dict(
       fit, tree=tree, stack=stack, calls=calls, acc=acc_h, alpha=alpha_h,
       anchors=set(), base=b * ho.new / tree.target_only_decode(ho.new),
-      tree_acc=lambda n: structure_fit.moved_acceptance(
+      tree_acc=lambda n: costs_lib.moved_acceptance(
           fit["tree_acc"](n), acc, acc_h),
-      stack_alpha=lambda n: structure_fit.moved_acceptance(
+      stack_alpha=lambda n: costs_lib.moved_acceptance(
           fit["stack_alpha"](n), alpha, alpha_h))
 
 

@@ -130,15 +130,14 @@ def test_decode_measurer_teacher_alpha_is_one_minus_tv_once():
 
 
 def test_moved_acceptance_per_rank_and_pairwise():
-  from specdec_jax.decoding.planners import structure_fit  # pylint: disable=g-import-not-at-top
-  got = structure_fit.moved_acceptance((0.9, 0.5, 0.2), (0.8, 0.4, 0.0),
+  got = costs_lib.moved_acceptance((0.9, 0.5, 0.2), (0.8, 0.4, 0.0),
                                        (0.6, 0.6, 0.3))
   assert got == pytest.approx((0.675, 0.75, 0.3))  # rank 2: workload's
-  assert structure_fit.moved_acceptance((0.9,), (0.5,), (0.6,)) == (1.0,)
+  assert costs_lib.moved_acceptance((0.9,), (0.5,), (0.6,)) == (1.0,)
   fitted = np.array([[1.0, 0.6], [0.6, 1.0]])
-  got = structure_fit.moved_acceptance(fitted,
+  got = costs_lib.moved_acceptance(fitted,
                                        np.array([[1.0, 0.8], [0.8, 1.0]]),
                                        np.array([[1.0, 0.4], [0.4, 1.0]]))
   np.testing.assert_allclose(got, [[1.0, 0.3], [0.3, 1.0]])
   with pytest.raises(ValueError, match=r"one shape, got \(2,\), \(1,\)"):
-    structure_fit.moved_acceptance((0.5, 0.4), (0.5,), (0.5, 0.4))
+    costs_lib.moved_acceptance((0.5, 0.4), (0.5,), (0.5, 0.4))

@@ -104,6 +104,26 @@ def chain_iterations(alpha: float, gamma: int, new_tokens: int) -> float:
   return iterations(probs, new_tokens)
 
 
+def moved_acceptance(fitted, calibrated, workload):
+  """A fitted acceptance moved to another workload: ``fitted`` (per-rank
+  or per-anchor tuple, or [n, n] pairwise array; ``structure_fit.at_size``) times the
+  workload's teacher-forced acceptance over the calibration's (both
+  shaped as ``fitted``: ``planners.calibrate`` / ``pairwise_alpha`` of each
+  row set), capped at 1; where the calibration's is 0 the workload's own.
+  The fit keeps what teacher forcing misses (a batch waits for its
+  slowest row, ranks are not independent), the ratio what the workload
+  changes (``tune_measure.at_workload`` moves chain alphas with it; the tree /
+  hierarchy check moves per-rank and pairwise acceptance)."""
+  f, c, w = (np.asarray(x, np.float64) for x in (fitted, calibrated,
+                                                  workload))
+  if not f.shape == c.shape == w.shape:
+    raise ValueError(f"fitted, calibrated and workload acceptance must "
+                     f"have one shape, got {f.shape}, {c.shape}, {w.shape}")
+  safe = np.where(c > 0, c, 1.0)
+  out = np.minimum(np.where(c > 0, f * w / safe, w), 1.0)
+  return out if out.ndim == 2 else tuple(float(v) for v in out)
+
+
 @dataclasses.dataclass(frozen=True)
 class CostModel:
   """Measured costs of a model stack at one batch size.

@@ -317,21 +317,3 @@ def fit_stack(measurer, anchors, batch: int, model: costs_lib.CostModel,
 __all__ = ["at_size", "call_costs", "fit_stack", "fit_tree",
            "needed_widths", "scaled", "solve_scale", "time_anchor"]
 
-
-def moved_acceptance(fitted, calibrated, workload):
-  """A fitted acceptance moved to another workload: ``fitted`` (per-rank
-  tuple or [n, n] pairwise array, from :func:`at_size`) times the
-  workload's teacher-forced acceptance over the calibration's (both
-  shaped as ``fitted``: ``planners.calibrate`` / ``pairwise_alpha`` of each
-  row set), capped at 1; where the calibration's is 0 the workload's own.
-  The fit keeps what teacher forcing misses (a batch waits for its
-  slowest row, ranks are not independent), the ratio what the workload
-  changes (``tune_measure.at_workload`` does the same for chains)."""
-  f, c, w = (np.asarray(x, np.float64) for x in (fitted, calibrated,
-                                                  workload))
-  if not f.shape == c.shape == w.shape:
-    raise ValueError(f"fitted, calibrated and workload acceptance must "
-                     f"have one shape, got {f.shape}, {c.shape}, {w.shape}")
-  safe = np.where(c > 0, c, 1.0)
-  out = np.minimum(np.where(c > 0, f * w / safe, w), 1.0)
-  return out if out.ndim == 2 else tuple(float(v) for v in out)

@@ -195,6 +195,14 @@ def fixed_and_step(full: float, short: float, new: int, short_new: int,
   return max(full / chunks - new * step, 0.0), step
 
 
+def target_only_split(measurer, med: dict, batch: int
+                      ) -> tuple[float, float]:
+  """:func:`fixed_and_step` of the medians of ``measurer.split_timers``
+  ('full', 'short') at ``batch``."""
+  return fixed_and_step(med["full"], med["short"], measurer.new,
+                        measurer.short_tokens, measurer.chunks(batch))
+
+
 def solve_alpha(iterations: float, gamma: int, new_tokens: int) -> float:
   """The alpha in [0, 1] at which a chain of ``gamma`` takes
   ``iterations`` (measured verifier calls per decode call) to emit
@@ -307,8 +315,7 @@ def fit_chains(measurer: DecodeMeasurer, anchors, batch: int,
     timers.update(call_timers(measurer, anchors[0].candidate.levels, batch,
                               widths))
   med = timing.medians(timers, measurer.repeats)
-  fixed, step = fixed_and_step(med["full"], med["short"], new,
-                               measurer.short_tokens, chunks)
+  fixed, step = target_only_split(measurer, med, batch)
   cm = calls or calls_model(med, widths, batch)
   iters = [max(statistics.mean(seen[a.candidate]), 1) / chunks  # per call
            for a in anchors]
@@ -337,20 +344,21 @@ def at_workload(model: costs_lib.CostModel, alphas, calib: DecodeMeasurer,
   loop overhead); the speculative fits carried in proportion
   (``CostModel.at_workload``); each alpha scaled by the pair's
   teacher-forced acceptance on ``work`` over that on ``calib``
-  (``DecodeMeasurer.teacher_alpha``, capped at 1): the anchors' alpha
+  (``DecodeMeasurer.teacher_alpha``; ``costs.moved_acceptance``): the anchors' alpha
   holds what teacher forcing misses (a batch waits for its slowest row,
   acceptances are not independent), the ratio what the workload changes.
   ``levels``: (drafter, target) indices of the measurers' models."""
   timers = work.split_timers(batch)
   timers.update(call_timers(work, levels, batch, model.widths))
   med = timing.medians(timers, work.repeats)
-  fixed, step = fixed_and_step(med["full"], med["short"], work.new,
-                               work.short_tokens, work.chunks(batch))
+  fixed, step = target_only_split(work, med, batch)
   calls = calls_model(med, model.widths, batch)
   moved = model.at_workload(calls, fixed, max(step - calls.call(-1, 1), 0.0))
-  base = calib.teacher_alpha(levels)
-  scale = work.teacher_alpha(levels) / base if base > 0 else 1.0
-  return moved, tuple((g, min(1.0, a * scale)) for g, a in alphas)
+  n = len(alphas)
+  scaled = costs_lib.moved_acceptance(
+      [a for _, a in alphas], [calib.teacher_alpha(levels)] * n,
+      [work.teacher_alpha(levels)] * n)
+  return moved, tuple((g, a) for (g, _), a in zip(alphas, scaled))
 
 
 def intercept(short_s: float, short_iters: float, long_s: float,
