@@ -10,9 +10,21 @@ the batch is sharded. Purposes are separate streams:
   speculative decode whose drafts are all accepted emit the same tokens);
 * ACCEPT: the uniform of the accept/reject test of the draft at a position;
 * RESIDUAL: the replacement drawn from the residual after a rejection.
+
+On XLA:CPU every key derivation and draw is a Threefry-2x32 hash, which JAX
+lowers there as a 5-trip ``while`` loop (to keep compiles small); a
+sampled chain iteration runs 20-40 of them, and XLA:CPU pays a dispatch
+per loop trip and per op inside it: 0.2-0.3 ms of a 2.5 ms iteration of the
+default T5 chain at batch 1 (``benchmarks/results/threefry_unrolled/``).
+Importing this module therefore lowers Threefry on CPU as the straight-line
+rounds JAX already uses on GPU and TPU (:func:`unroll_threefry_on_cpu`):
+the same hash, so the same bits and tokens, as fused elementwise work. Set
+``SPECDEC_JAX_ROLLED_THREEFRY=1`` before the import to keep JAX's loops.
 """
 
 from __future__ import annotations
+
+import os
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +32,38 @@ import jax.numpy as jnp
 DRAFT = 0
 ACCEPT = 1
 RESIDUAL = 2
+ROLLED_ENV = "SPECDEC_JAX_ROLLED_THREEFRY"
+
+
+def unroll_threefry_on_cpu() -> bool:
+  """Lowers ``threefry2x32`` on CPU without a loop (JAX's GPU/TPU form).
+
+  A process-wide switch of how XLA:CPU computes the hash, never of its
+  value (the rounds are the same; the Threefry known-answer vectors and the
+  golden sampled tokens hold either way). Programs traced before the call
+  keep the loops. Uses one JAX internal (the non-CPU lowering rule,
+  checked for jax 0.10): if it moved, nothing changes and this returns
+  False.
+
+  Returns:
+    True if the straight-line lowering is now registered for CPU.
+  """
+  # pylint: disable-next=g-import-not-at-top
+  from jax.extend import random as jax_random
+  # pylint: disable-next=g-import-not-at-top
+  from jax.interpreters import mlir
+  try:
+    # pylint: disable-next=g-import-not-at-top
+    from jax._src.random import threefry2x32 as threefry
+    rule = threefry._threefry2x32_lowering_rule  # pylint: disable=protected-access
+  except (ImportError, AttributeError):
+    return False
+  mlir.register_lowering(jax_random.threefry2x32_p, rule, platform="cpu")
+  return True
+
+
+UNROLLED = (os.environ.get(ROLLED_ENV, "") in ("", "0")
+            and unroll_threefry_on_cpu())
 
 
 def row_keys(seed: jax.Array, request_id: jax.Array, position: jax.Array,

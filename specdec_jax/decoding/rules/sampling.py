@@ -98,8 +98,8 @@ def draw(key, logits: jax.Array, strategy) -> jax.Array:
   Args:
     key: [B] typed keys, or a function ``() -> [B] keys``; a function is
       called only on the sampling branch, so a greedy batch derives no key
-      at all (each derivation is a few threefry hashes, which XLA:CPU runs
-      as small while loops: tens of microseconds per draw).
+      at all (each derivation is a few threefry hashes; ``keys.py`` keeps
+      them loop-free on CPU).
     logits: [B, V].
     strategy: the sampling transform S.
 
