@@ -80,10 +80,12 @@ class _World:
     return self.teacher
 
 
-def test_tune_measure_moves_a_fit_onto_a_simulated_workload(monkeypatch):
-  """Calibration: long prompts. Workload: every cost at 0.4x (calls,
-  fixed parts, loop overheads) and teacher-forced acceptance 0.9x; the
-  moved model prices every chain of the workload exactly."""
+def simulated(monkeypatch):
+  """(calibration truth, workload truth, calibration, workload): on the
+  calibration's long prompts the chain's true alpha is 0.8 (teacher-forced
+  0.7); on the workload every cost is 0.4x (calls, fixed parts, loop
+  overheads) and both acceptances 0.9x. The models' call timers read the
+  truth (patched into tune_measure)."""
   cal_truth = dataclasses.replace(_fitted(), iteration_s=(
       ("autoregressive", 2e-4), ("chain", 5e-4), ("draft", 1e-4)),
                                   structure_call_s=())
@@ -101,6 +103,12 @@ def test_tune_measure_moves_a_fit_onto_a_simulated_workload(monkeypatch):
     return timers
 
   monkeypatch.setattr(tune_measure, "call_timers", fake_call_timers)
+  return cal_truth, work_truth, cal, work
+
+
+def test_tune_measure_moves_a_fit_onto_a_simulated_workload(monkeypatch):
+  """The moved model prices every chain of the workload exactly."""
+  cal_truth, work_truth, cal, work = simulated(monkeypatch)
   anchors = ((3, 0.8), (7, 0.8))
   moved, alphas = tune_measure.at_workload(cal_truth, anchors, cal, work, 2,
                                            (0, 1))

@@ -51,6 +51,7 @@ class DecodeMeasurer:
     self.width = max(len(r) for r in self.rows)
     self._runs = {}
     self.stats = {}
+    self.fits = {}  # batch -> (CostModel, anchor alphas): predict_chains'
     self._teacher = {}
 
   def runner(self, cand: Candidate, batch: int, greedy: bool = False,
@@ -384,8 +385,10 @@ def predict_chains(measurer: DecodeMeasurer, anchors, batch: int,
                    gammas: Sequence[int]) -> dict[int, float]:
   """{gamma: predicted tokens/s}: :func:`fit_chains`'s CostModel (one or
   two anchor chains) prices a decode call of every gamma
-  (``CostModel.chain_decode``)."""
+  (``CostModel.chain_decode``). The fit is kept in
+  ``measurer.fits[batch]`` (:func:`at_workload` moves it to other rows)."""
   model, alphas = fit_chains(measurer, anchors, batch, gammas)
+  measurer.fits[batch] = (model, alphas)
   new = measurer.new
   return {g: batch * new / model.chain_decode(alpha_at(alphas, g), g, new)
           for g in gammas}
