@@ -37,8 +37,10 @@ With --num_prompts N, the N prompts after the calibration ones (the
 workload: shorter and other text on the default families) are decoded
 too, with NO speculative decode of them in the model: the calls at the
 structures' widths and target-only at two lengths are re-timed there, the
-fitted overheads and fixed parts carried in proportion to those costs
-(``CostModel.at_workload``) and the fitted acceptance scaled by the
+fixed parts' excess over target-only's carried in proportion to its fixed
+part, the tree and stack loops' fitted overheads carried as fitted
+(``CostModel.at_workload``; "scaled as before": in proportion to the
+models' calls, ``carry=()``) and the fitted acceptance scaled by the
 teacher-forced acceptance there over the calibration's
 (``costs_lib.moved_acceptance``), as ``tune_measure.at_workload`` does
 for chains (cost_model.md). A cell
@@ -169,9 +171,10 @@ def cell(levels, calib, enc, temp: float, b: int, args, trees, stacks,
 def moved(levels, held, enc, sampling, b: int, args, cands, fit, need):
   """(measurer, candidates, fit) of the held-out prompts: no speculative
   decode of them is timed for the model -- the calls at the structures'
-  widths and target-only at two lengths re-timed there, every fitted
-  overhead and fixed part carried in proportion (``CostModel.at_workload``)
-  and each fitted acceptance scaled by the teacher-forced ratio
+  widths and target-only at two lengths re-timed there, the fitted
+  overheads and fixed parts moved by ``CostModel.at_workload`` (and, as
+  fit["scaled"], with every overhead scaled: ``carry=()``) and each fitted
+  acceptance scaled by the teacher-forced ratio
   (``costs_lib.moved_acceptance``)."""
   rows, acc_h, alpha_h = held
   ms, ps = [m for m, _ in levels], [p for _, p in levels]
@@ -183,12 +186,16 @@ def moved(levels, held, enc, sampling, b: int, args, cands, fit, need):
   fixed, step = tune_measure.target_only_split(ho, med, b)
   calls = structure_fit.call_costs(ho, range(len(ms)), b, need)
   ar = max(step - calls.call(-1, 1), 0.0)
-  tree = fit["tree"].at_workload(calls.select((0, top)), fixed, ar)
-  stack = None if fit["stack"] is None else fit["stack"].at_workload(
-      calls, fixed, ar)
+  def move(carry):
+    tree = fit["tree"].at_workload(calls.select((0, top)), fixed, ar, carry)
+    return tree, None if fit["stack"] is None else fit["stack"].at_workload(
+        calls, fixed, ar, carry)
+
+  tree, stack = move(costs_lib.STRUCTURE_OVERHEADS)
   acc, alpha = fit["acc"], fit["alpha"]
   return ho, cands, dict(
       fit, tree=tree, stack=stack, calls=calls, acc=acc_h, alpha=alpha_h,
+      scaled=dict(zip(("tree", "stack"), move(()))),
       anchors=set(), base=b * ho.new / tree.target_only_decode(ho.new),
       tree_acc=lambda n: costs_lib.moved_acceptance(
           fit["tree_acc"](n), acc, acc_h),
@@ -210,19 +217,19 @@ def priced_rows(where: str, measurer, cands, fit, b: int, temp: float,
     if kind == "tree":
       topo = c.structure.topology
       fit_acc = fit["tree_acc"](topo.num_nodes)
-      secs = fit["tree"].tree_decode(topo, fit_acc, new,
-                                     level_fed=fit["level_fed"])
+      seconds = lambda model: model.tree_decode(
+          topo, fit_acc, new, level_fed=fit["level_fed"])
       dist = tree_shape.tokens_dist(topo, fit_acc)
       scale = fit_acc[-1] / max(fit["acc"][-1], 1e-9)  # a rank it fits
-      fit_acc = list(fit_acc)
     else:
-      fit_alpha = fit["stack_alpha"](sum(c.structure.buffers))
-      secs = fit["stack"].stack_decode(c.structure.buffers, fit_alpha, new)
-      dist = fit["stack"].stack(c.structure.buffers, fit_alpha).target_yield
-      scale = float(fit_alpha[0, 1] / max(fit["alpha"][0, 1], 1e-9))
-      fit_acc = fit_alpha.tolist()
+      fit_acc = fit["stack_alpha"](sum(c.structure.buffers))
+      seconds = lambda model: model.stack_decode(c.structure.buffers,
+                                                 fit_acc, new)
+      dist = fit["stack"].stack(c.structure.buffers, fit_acc).target_yield
+      scale = float(fit_acc[0, 1] / max(fit["alpha"][0, 1], 1e-9))
     iters = max(measurer.stats[(c, b)]["iterations"], 1)
-    pred = b * new / secs
+    pred = b * new / seconds(fit[kind])
+    scaled = fit.get("scaled", {}).get(kind)  # held-out: the old transfer
     rows.append(dict(
         pair=args.pair_name, batch=b, temperature=temp, kind=kind,
         prompts=where, structure=name.split(":")[1],
@@ -230,6 +237,7 @@ def priced_rows(where: str, measurer, cands, fit, b: int, temp: float,
         shape=(list(c.structure.topology.parents) if kind == "tree" else
                list(c.structure.buffers)),
         measured_tps=m.tps, predicted_tps=pred, ratio=m.ratio,
+        scaled_tps=None if scaled is None else b * new / seconds(scaled),
         predicted_ratio=pred / fit["base"],
         planner_tps=planner_only(
             kind, c, fit["calls"].select((0, top)) if kind == "tree" else
@@ -237,7 +245,8 @@ def priced_rows(where: str, measurer, cands, fit, b: int, temp: float,
         measured_tokens_per_call=new * measurer.chunks(b) / iters,
         predicted_tokens_per_call=new / costs_lib.iterations(dist, new),
         acceptance_scale=scale,
-        fitted_acceptance=fit_acc, costs=_costs(fit[kind]),
+        fitted_acceptance=np.asarray(fit_acc).tolist(),
+        costs=_costs(fit[kind]),
         fit_s=fit["fit_s"]))
   return rows
 
@@ -268,9 +277,13 @@ def report(args, rows) -> None:
       a, n = within(sel, "predicted_tps")
       pl, _ = within(sel, "planner_tps")
       x, _ = within(sel, "predicted_ratio", "ratio")
+      old = ""
+      if all(r.get("scaled_tps") is not None for r in sel):
+        old = (f"; overheads scaled to the workload as before "
+               f"(``carry=()``): {within(sel, 'scaled_tps')[0]}/{n}")
       lines.append(f"- {kind}s, {where} prompts: tokens/s within 10% "
-                   f"**{a}/{n}** (planner alone: {pl}/{n}); speedup over "
-                   f"target-only within 10% **{x}/{n}**")
+                   f"**{a}/{n}** (planner alone: {pl}/{n}{old}); speedup "
+                   f"over target-only within 10% **{x}/{n}**")
       for pair in dict.fromkeys(r["pair"] for r in sel):
         p = [r for r in sel if r["pair"] == pair]
         a, n = within(p, "predicted_tps")

@@ -1,6 +1,7 @@
 """Moving a fitted CostModel to another workload (CostModel.at_workload,
-tune_measure.at_workload): the re-timed parts replace, the fitted parts
-scale with them by hand, and on a simulated machine whose costs all scale
+tune_measure.at_workload): the re-timed parts replace, the chain's fitted
+parts scale with them by hand (the tree / hierarchy loops' are kept unless
+carry=()), and on a simulated machine whose costs all scale
 with the prompt the moved model prices every chain exactly."""
 
 import dataclasses
@@ -34,11 +35,15 @@ def test_at_workload_by_hand():
   moved = _fitted().at_workload(calls, 2e-3, 7e-5)
   assert moved.seconds == calls.seconds and moved.batch == 2
   assert moved.call_s == 2e-3
-  want = {"autoregressive": 7e-5, "chain": 2.5e-4, "tree": 1e-4,  # x 1/2
-          "draft": 2.5e-5, "tree_node": 2.5e-6,  # x 1/4: per drafted token
-          "hierarchy_buffer": 7.5e-6}
+  want = {"autoregressive": 7e-5, "chain": 2.5e-4,  # x 1/2
+          "draft": 2.5e-5,  # x 1/4: per drafted token
+          "tree": 2e-4, "tree_node": 1e-5, "hierarchy_buffer": 3e-5}  # kept
   for name, secs in want.items():
     assert moved.overhead(name) == pytest.approx(secs), name
+  scaled = _fitted().at_workload(calls, 2e-3, 7e-5, carry=())
+  want.update(tree=1e-4, tree_node=2.5e-6, hierarchy_buffer=7.5e-6)
+  for name, secs in want.items():
+    assert scaled.overhead(name) == pytest.approx(secs), name
   # The speculative excess over call_s (1 ms; hierarchy 2 ms) x 1/2.
   assert moved.spec_call_s == pytest.approx(2.5e-3)
   assert moved.fixed("hierarchy") == pytest.approx(3e-3)

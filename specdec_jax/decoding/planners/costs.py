@@ -50,6 +50,10 @@ from specdec_jax import timing
 # iteration.
 STRUCTURES = ("autoregressive", "chain", "draft", "tree", "tree_node",
               "tree_depth", "hierarchy", "hierarchy_buffer")
+# The tree and hierarchy loops' overheads: carried unchanged to another
+# workload (CostModel.at_workload).
+STRUCTURE_OVERHEADS = ("tree", "tree_node", "tree_depth", "hierarchy",
+                       "hierarchy_buffer")
 
 
 def chain_tokens(alpha: float, gamma: int) -> float:
@@ -260,21 +264,28 @@ class CostModel:
         lat.target_yield, new_tokens) * per_round
 
   def at_workload(self, calls: "CostModel", call_s: float,
-                  autoregressive: float) -> "CostModel":
+                  autoregressive: float,
+                  carry: Sequence[str] = STRUCTURE_OVERHEADS
+                  ) -> "CostModel":
     """This model moved to another workload's lengths (prompt / input
     width): ``calls``' model-call seconds (the same models and batch, timed
     at the workload's lengths), its target-only fixed seconds per call
     ``call_s`` and loop overhead ``autoregressive`` (both re-timed there:
-    ``tune_measure.fixed_and_step``). What was fitted from speculative
-    decodes is carried in proportion, since it grows with the caches and
-    the prompt as the calls do: the per-iteration overheads scale with the
-    target's step, the per-drafted-token ones ('draft', 'tree_node',
-    'hierarchy_buffer') with the drafter's (model 0; unscaled when it is
-    parameter-free), and each speculative fixed part's excess over
-    ``call_s`` with ``call_s``. Measured on the default families at batch
-    8 (prompt width 205 -> 37): the chain's overhead per iteration and the
-    target's step shrank 0.67 / 0.64 (Gemma) and 0.53 / 0.58 (T5), the
-    speculative excess and call_s 0.19 / 0.27 and 0.21 / 0.30."""
+    ``tune_measure.fixed_and_step``). The chain's fitted overheads move in
+    proportion, as they grow with the caches and the prompt: per iteration
+    with the target's step, per draft ('draft') with the drafter's (model
+    0; unscaled when parameter-free); so does each speculative fixed
+    part's excess over ``call_s``, with ``call_s``. Overheads named in
+    ``carry`` (default: the tree and hierarchy loops') are carried as
+    fitted; ``carry=()`` scales them too ('tree_node', 'hierarchy_buffer'
+    with the drafter, the rest with the step). Measured on the default
+    families (prompt width 205 -> 37-45): the chain's overhead per
+    iteration and the target's step shrank 0.67 / 0.64 (Gemma) and 0.53 /
+    0.58 (T5) at batch 8, the speculative excess and call_s 0.19 / 0.27
+    and 0.21 / 0.30; the tree and stack loops' non-model seconds per
+    iteration did not shrink (T5, batch 1: 0.4-2.6 ms, then 0.8-4.1 ms),
+    and carried they priced 18 of 24 held-out cells of that run within
+    10%, scaled 3 (re-priced from cost_model_structures_heldout.json)."""
     if calls.widths != self.widths or len(calls.seconds) != len(
         self.seconds):
       raise ValueError(
@@ -290,7 +301,8 @@ class CostModel:
     fixed = ratio(call_s, self.call_s)
     per_draft = ("draft", "tree_node", "hierarchy_buffer")
     iteration_s = tuple(
-        (name, s * (draft if name in per_draft else step))
+        (name, s if name in carry else s * (
+            draft if name in per_draft else step))
         for name, s in self.iteration_s if name != "autoregressive")
     moved = lambda s: call_s + (s - self.call_s) * fixed
     return dataclasses.replace(
