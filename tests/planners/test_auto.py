@@ -52,6 +52,19 @@ def test_picks_target_only_when_speculation_cannot_pay():
   assert "tree:6n/d2" in labels and "tree:14n/d3" in labels
 
 
+def test_says_when_calibration_rows_repeat_to_fill_a_batch():
+  said = []
+  m = FakeMeasurer({})
+  m.rows = [[1, 2], [3]]
+  _tune(m, batch_sizes=(1, 2, 8), progress=said.append)
+  assert [s.startswith("batch 8: ") for s in said] == [False, False, True]
+  assert said[-1].endswith(
+      " s); the 2 calibration rows repeat to fill it: a batch waits for the "
+      "slowest of 2 distinct rows, not 8, so speculation measures faster "
+      "than on 8 distinct requests (give >= 8 prompts to measure that)")
+  assert "repeat" not in said[0] + said[1]
+
+
 def test_picks_the_fastest_chain_when_it_pays_per_batch_size():
   fast = FakeMeasurer({1: {"chain:3": (1.6, 1), "chain:4": (1.5, 1)},
                        8: {"tree:6n/d2": (1.2, 1)}})

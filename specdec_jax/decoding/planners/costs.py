@@ -274,18 +274,18 @@ class CostModel:
     ``tune_measure.fixed_and_step``). The chain's fitted overheads move in
     proportion, as they grow with the caches and the prompt: per iteration
     with the target's step, per draft ('draft') with the drafter's (model
-    0; unscaled when parameter-free); so does each speculative fixed
-    part's excess over ``call_s``, with ``call_s``. Overheads named in
-    ``carry`` (default: the tree and hierarchy loops') are carried as
-    fitted; ``carry=()`` scales them too ('tree_node', 'hierarchy_buffer'
-    with the drafter, the rest with the step). Measured on the default
-    families (prompt width 205 -> 37-45): the chain's overhead per
-    iteration and the target's step shrank 0.67 / 0.64 (Gemma) and 0.53 /
-    0.58 (T5) at batch 8, the speculative excess and call_s 0.19 / 0.27
-    and 0.21 / 0.30; the tree and stack loops' non-model seconds per
-    iteration did not shrink (T5, batch 1: 0.4-2.6 ms, then 0.8-4.1 ms),
-    and carried they priced 18 of 24 held-out cells of that run within
-    10%, scaled 3 (re-priced from cost_model_structures_heldout.json)."""
+    0; unscaled when parameter-free); each speculative fixed part's excess
+    over ``call_s`` with ``call_s``. Overheads named in ``carry`` (default:
+    the tree and hierarchy loops') are carried as fitted; ``carry=()``
+    scales them too ('tree_node', 'hierarchy_buffer' with the drafter, the
+    rest with the step). Measured on the default families (prompt width 205
+    -> 37-45): the chain's overhead and the target's step per iteration
+    shrank 0.67 / 0.64 (Gemma) and 0.53 / 0.58 (T5) at batch 8, the
+    speculative excess and call_s 0.19 / 0.27 and 0.21 / 0.30; the tree and
+    stack loops' non-model time per iteration did not (T5, batch 1: 0.4-2.6
+    ms, then 0.8-4.1 ms). Held-out cells within 10%, carried vs scaled: 18
+    vs 3 of 24 re-priced from that run; 15 vs 12 of 48 in a fresh one (both
+    families; stacks 11 vs 7 of 20; cost_model_structures_heldout.md)."""
     if calls.widths != self.widths or len(calls.seconds) != len(
         self.seconds):
       raise ValueError(

@@ -190,6 +190,21 @@ def _confirm(measurer, measured: list[Measured], batch: int, top: int,
   return out
 
 
+def repeat_note(measurer, batch: int) -> str:
+  """What the progress line of ``batch`` adds when the measurer's
+  calibration rows are fewer than the batch: they repeat to fill it, so a
+  batch waits for the slowest of fewer distinct rows than the batch of
+  distinct requests it is tuned for (at greedy the repeats are the same
+  row), and speculation measures optimistic there. '' otherwise."""
+  rows = len(getattr(measurer, "rows", ()) or ())
+  if not 0 < rows < batch:
+    return ""
+  return (f"; the {rows} calibration rows repeat to fill it: a batch waits "
+          f"for the slowest of {rows} distinct rows, not {batch}, so "
+          f"speculation measures faster than on {batch} distinct requests "
+          f"(give >= {batch} prompts to measure that)")
+
+
 def tune(models: Sequence, params: Sequence, prompts=None, *, inputs=None,
          batch_sizes: Sequence[int] = (1, 8), objective: str = "latency",
          latency_budget: float | None = None,
@@ -206,7 +221,7 @@ def tune(models: Sequence, params: Sequence, prompts=None, *, inputs=None,
     models, params: cheapest first, the target last (a drafter and a
       verifier, or a 3-level family for hierarchies).
     prompts / inputs: calibration rows (ragged token lists; ``inputs`` for
-      encoder-decoder models). Repeated to fill a batch.
+      encoder-decoder models). Repeated to fill a batch (:func:`repeat_note`).
     batch_sizes: batch sizes to tune (rows of the table).
     objective: 'latency' or 'quality' (with latency_budget or
       quality_floor); see the module docstring.
@@ -267,10 +282,10 @@ def tune(models: Sequence, params: Sequence, prompts=None, *, inputs=None,
     out.append(Row(b, choice, base.tps, tuple(measured)))
     say(f"batch {b}: {choice.candidate.label} ({choice.ratio:.2f}x "
         f"target-only, {len(measured)} candidates, "
-        f"{time.perf_counter() - t0:.1f} s)")
+        f"{time.perf_counter() - t0:.1f} s){repeat_note(measurer, b)}")
   return AutoTable(tuple(out), objective, latency_budget, quality_floor,
                    float(temperature))
 
 
 __all__ = ["CASCADES", "DecodeMeasurer", "STACKS", "TREES", "agreement",
-           "candidates", "choose", "predict_chains", "tune"]
+           "candidates", "choose", "predict_chains", "repeat_note", "tune"]
