@@ -206,6 +206,31 @@ def noise_floor(rows) -> str:
           f"median error is {statistics.median(rest):.1%}")
 
 
+def drift_lines(rows, quiet: float = 0.05) -> list[str]:
+  """The machine's drift per cell (target-only tokens/s in the measuring
+  pass over the fit's own, - 1) and the within-10% counts of the cells
+  that drifted at most ``quiet``."""
+  cells = {}
+  for r in rows:
+    if r.get("drift") is not None:
+      cells.setdefault(f"{r['pair']} b{r['batch']} T={r['temperature']:g} "
+                       f"{r['prompts']}", r["drift"])
+  if not cells:
+    return []
+  calm = [r for r in rows if r.get("drift") is not None
+          and abs(r["drift"]) <= quiet]
+  out = ["- machine drift per cell (target-only tokens/s, measuring pass "
+         "/ fit pass - 1): " + ", ".join(
+             f"{k} {v:+.0%}" for k, v in cells.items())]
+  for kind in ("tree", "stack"):
+    sel = [r for r in calm if r["kind"] == kind]
+    if sel:
+      a, n = within(sel, "predicted_tps")
+      out.append(f"  - {kind}s in the cells that drifted <= {quiet:.0%}: "
+                 f"within 10% {a}/{n}")
+  return out
+
+
 def report(args, rows) -> None:
   """Writes <out>.md / <out>.json of the rows so far."""
   lines = ["# Cost model: predicted vs measured tokens/s, every chain gamma",

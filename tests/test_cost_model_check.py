@@ -69,3 +69,19 @@ def test_structures_script_parses_trees_and_counts_without_anchors():
           dict(fitted=False, p=1.08, measured_tps=1.0),
           dict(fitted=False, p=0.85, measured_tps=1.0)]
   assert mod.within(rows, "p") == (1, 2)
+
+
+def test_drift_lines_name_each_cell_and_count_the_calm_ones():
+  mod = _load()
+  row = lambda drift, pred, kind="tree", fitted=False, b=1: dict(
+      pair="p", batch=b, temperature=0.0, prompts="calibration", kind=kind,
+      fitted=fitted, drift=drift, predicted_tps=pred, measured_tps=1.0)
+  rows = [row(0.02, 1.5, fitted=True), row(0.02, 1.05), row(0.02, 1.3),
+          row(0.02, 0.95, "stack"), row(-0.2, 1.0, b=8),
+          row(-0.2, 1.0, "stack", b=8)]
+  assert mod.drift_lines(rows) == [
+      "- machine drift per cell (target-only tokens/s, measuring pass / fit "
+      "pass - 1): p b1 T=0 calibration +2%, p b8 T=0 calibration -20%",
+      "  - trees in the cells that drifted <= 5%: within 10% 1/2",
+      "  - stacks in the cells that drifted <= 5%: within 10% 1/1"]
+  assert mod.drift_lines([dict(r, drift=None) for r in rows]) == []
