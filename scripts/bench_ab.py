@@ -30,6 +30,13 @@ import time
 FAMILIES = ("default-t5", "default-gemma")
 CASES = ("target_only", "spec_decode_g5", "token_v3_g5", "tree_2x3",
          "hierarchy_3")
+# Irregular trees (not in the default grid; --cases): the Sequoia 16-node
+# trees the planner picks for each default family at T = 0
+# (cost_model_structures' plan16), parents by node.
+PLAN16 = {"default-gemma": (-1, -1, 0, 0, 1, 2, 2, 3, 4, 5, 5, 6, 7, 8, 9,
+                            14),
+          "default-t5": (-1, -1, -1, -1, -1, -1, 0, 0, 1, 6, 6, 7, 8, 9, 13,
+                         14)}
 CACHE = "specdec_jax_bench_ab_xla_cache"
 
 
@@ -66,12 +73,13 @@ def _worker(path: str, cases, batches, temperatures, repeats: int,
                                            **common)
     else:
       name = {"target_only": "target_only", "tree_2x3": "spec_decode",
-              "spec_decode_g5": "spec_decode",
+              "tree_plan16": "spec_decode", "spec_decode_g5": "spec_decode",
               "token_v3_g5": "token_v3"}[case]
       knobs = {"alpha": 0.3} if name == "token_v3" else {}
       method = decoding.make_method(name, **knobs)
       extra = ({"tree": decoding.Topology.kary(2, 3)} if case == "tree_2x3"
-               else {"gamma": 5})
+               else {"tree": decoding.Topology(PLAN16[fam])}
+               if case == "tree_plan16" else {"gamma": 5})
       def call(method=method, common=common, extra=extra):
         return decoding.generate(method, q, p, qp, pp, **common, **extra)
     res = call()  # compile

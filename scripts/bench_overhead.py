@@ -229,9 +229,8 @@ def model_calls(res) -> dict:
 def tree_feeds(topo, drafter) -> tuple[int, ...]:
   """Tokens of each level call the tree drafter makes per iteration (the
   catch-up sync of a lossless tree: calls k = 0 .. D - 1)."""
-  shape = (topo.num_nodes, topo.max_depth, topo.max_children)
-  return tree_lib.feed_widths(
-      *shape, tree_drafting.incremental_drafting(drafter))[:topo.max_depth]
+  return tree_lib.tree_feed_widths(
+      topo, tree_drafting.incremental_drafting(drafter))[:topo.max_depth]
 
 
 def step_timers(name, topo, pair, batch, shapes) -> dict:

@@ -141,6 +141,20 @@ def test_same_shaped_trees_share_one_program():
   assert outs[0].sequences() != outs[1].sequences()
 
 
+def test_trees_with_other_level_sizes_compile_their_own_widths():
+  """The drafter's level calls compile at the tree's exact level sizes:
+  two (N, D, C) = (5, 3, 2) trees with levels (1, 2, 2, 1) and (1, 2, 1, 2)
+  get different program keys (same-sized levels share one, above)."""
+  _, v, _, _ = tiny_pair("gemma")
+  method = decoding.make_method("spec_decode")
+  cfgs = [tree_loop.make_config(decoding.Tree(Topology.from_widths(w)),
+                                method, v.vocab_size, max_new=8, eos_id=None)
+          for w in ([[2], [2, 0], [1, 0]], [[2], [1, 0], [2]])]
+  assert [c.shape for c in cfgs] == [(5, 3, 2)] * 2
+  assert [c.levels for c in cfgs] == [(1, 2, 2, 1), (1, 2, 1, 2)]
+  assert cfgs[0] != cfgs[1]
+
+
 def test_a_request_gives_the_same_tokens_in_any_batch():
   d, v, qp, pp = tiny_pair("gemma", 0.5)
   prompts = random_prompts(np.random.default_rng(4), 5, v.vocab_size)

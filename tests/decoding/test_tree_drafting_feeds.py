@@ -71,8 +71,9 @@ def test_level_feeds_equal_prefix_feeds(family, sync):
 
 @pytest.mark.parametrize("family", ["gemma", "t5"])
 def test_both_feeds_draft_the_same_logits_and_cache(family):
-  """One draft phase, both feeds: the same drafted tokens, logits and K/V
-  at every block slot (up to float rounding: the blocks differ in shape)."""
+  """One draft phase, both feeds, at the bounds and at the exact level
+  sizes: the same drafted tokens, logits and K/V at every block slot (up
+  to float rounding: the blocks differ in shape)."""
   d, _, qp, _ = tiny_pair(family, 0.5)
   b = 3
   rng = np.random.default_rng(0)
@@ -91,17 +92,22 @@ def test_both_feeds_draft_the_same_logits_and_cache(family):
     tree = {k: jnp.asarray(x) for k, x in
             tree_lib.tree_arrays(topo, b).items()}
     temps = sampling.Temperature(jnp.array([0.0, 1.0, 0.7]))  # per row
-    lv, px = [jax.jit(lambda c, m=m: tree_drafting.draft_tree(
+    # Level- and prefix-fed, each at the (N, D, C) bounds and at the
+    # tree's exact level sizes (what the tree loop compiles).
+    lv, *others = [jax.jit(lambda c, m=m, lv=lv: tree_drafting.draft_tree(
         m, qp, c, pending, zeros, zeros, zeros.astype(bool), tree, temps,
-        req, shape, kind, True, 0))(cache) for m in (d, PrefixFed(d))]
-    np.testing.assert_array_equal(lv.tokens, px.tokens, err_msg=name)
-    np.testing.assert_allclose(lv.logits, px.logits, rtol=1e-5, atol=1e-5,
-                               err_msg=name)
-    np.testing.assert_array_equal(lv.start, px.start)
+        req, shape, kind, True, 0, lv))(cache)
+                   for m in (d, PrefixFed(d))
+                   for lv in (None, tree_lib.level_sizes(topo))]
     n = topo.num_nodes + 1
-    for a, c in zip(lv.cache.layers, px.cache.layers):
-      for row, s in enumerate(np.asarray(lv.start)):
-        np.testing.assert_allclose(a.k[row, s:s + n], c.k[row, s:s + n],
-                                   rtol=1e-5, atol=1e-5, err_msg=name)
-        np.testing.assert_allclose(a.v[row, s:s + n], c.v[row, s:s + n],
-                                   rtol=1e-5, atol=1e-5, err_msg=name)
+    for px in others:
+      np.testing.assert_array_equal(lv.tokens, px.tokens, err_msg=name)
+      np.testing.assert_allclose(lv.logits, px.logits, rtol=1e-5, atol=1e-5,
+                                 err_msg=name)
+      np.testing.assert_array_equal(lv.start, px.start)
+      for a, c in zip(lv.cache.layers, px.cache.layers):
+        for row, s in enumerate(np.asarray(lv.start)):
+          np.testing.assert_allclose(a.k[row, s:s + n], c.k[row, s:s + n],
+                                     rtol=1e-5, atol=1e-5, err_msg=name)
+          np.testing.assert_allclose(a.v[row, s:s + n], c.v[row, s:s + n],
+                                     rtol=1e-5, atol=1e-5, err_msg=name)

@@ -166,6 +166,26 @@ def test_static_bounds_cover_every_tree_of_that_shape(n, d, c):
   assert widths[-1] == n and bounds[0] == 1
 
 
+def test_exact_widths_of_an_irregular_tree():
+  """A tree's own level sizes replace the (N, D, C) bounds: the Sequoia-like
+  (16, 6, 2) tree below feeds a level-fed drafter 17 tokens per block
+  (catch-up calls 0..5: 2 + 2 + 3 + 4 + 5 + 1) where the bounds feed 38."""
+  t = decoding.Topology(parents=(-1, -1, 0, 0, 1, 2, 2, 3, 4, 5, 5, 6, 7, 8,
+                                 9, 14))
+  assert tree_lib.level_sizes(t) == (1, 2, 3, 4, 5, 1, 1)
+  assert tree_lib.tree_feed_widths(t, True) == (1, 2, 3, 4, 5, 1, 1)
+  assert tree_lib.tree_feed_widths(t, False) == (1, 3, 6, 10, 15, 16, 17)
+  assert tree_lib.feed_widths(16, 6, 2, True) == (1, 2, 4, 8, 11, 11, 11)
+  w = decoding.Topology.from_widths([[3], [2, 1, 0], [1, 0, 1]])
+  assert tree_lib.level_sizes(w) == (1, 3, 3, 2)
+  assert tree_lib.call_widths(8, 3, 3, tree_lib.level_sizes(w)) == (
+      0, 3, 6, 8)
+  # k-ary trees: the bounds were already exact.
+  k = decoding.Topology.kary(2, 3)
+  assert tree_lib.tree_feed_widths(k, True) == tree_lib.feed_widths(
+      14, 3, 2, True) == (1, 2, 4, 8)
+
+
 @pytest.mark.parametrize("kind", tree_lib.PROPOSALS)
 @pytest.mark.parametrize("topology", [decoding.Topology.kary(2, 3),
                                       decoding.Topology.kary(3, 2)])

@@ -13,8 +13,10 @@ Each iteration of the ``lax.while_loop``:
 
 The tree is DATA: per-row arrays in ``Batch.structure`` (a ``TreeArrays``,
 ``structure_data.py``), so every tree with the same (nodes N, max depth D,
-max children C) and the same proposal kind shares one compiled program
-(the program key holds only those: ``TreeConfig`` compares by shape). A
+max children C), the same nodes per level and the same proposal kind shares
+one compiled program (the program key holds only those: ``TreeConfig``
+compares by shape and level sizes; the drafter is fed each level at its
+exact width, ``verify.tree.level_sizes``). A
 chain-shaped tree gives exactly the chain loop's tokens, up to float rounding of the drafter's block steps.
 """
 
@@ -42,24 +44,29 @@ from specdec_jax.decoding.verify.topology import Topology
 class TreeConfig(LoopConfig):
   """A LoopConfig whose draft block is a tree (``topology``).
 
-  Equality and hash (the program key) see the tree's SHAPE, not the tree:
-  ``topology`` is excluded from them, the tree itself is batch data.
+  Equality and hash (the program key) see the tree's SHAPE and level
+  sizes, not the tree: ``topology`` is excluded from them, the tree itself
+  is batch data.
 
   Attributes:
     proposal: how children are drawn (``verify.tree.PROPOSALS``).
     drafter_sync: 'commit' or 'catchup' (resolved, see ``verify.tree.Tree``).
     shape: (nodes N, max depth D, max children C), set from ``topology``.
+    levels: block positions of each depth 0..D (``level_sizes``), set from
+      ``topology``: the widths the drafter's level calls compile at.
   """
 
   topology: Topology = dataclasses.field(compare=False)
   proposal: str = "without_replacement"
   drafter_sync: str = "commit"
   shape: tuple[int, int, int] = ()
+  levels: tuple[int, ...] = ()
 
   def __post_init__(self):
     t = self.topology
     object.__setattr__(self, "shape",
                        (t.num_nodes, t.max_depth, t.max_children))
+    object.__setattr__(self, "levels", tree_lib.level_sizes(t))
 
 
 def _body(models, params, batch: Batch, cfg: TreeConfig, rule,
@@ -75,7 +82,7 @@ def _body(models, params, batch: Batch, cfg: TreeConfig, rule,
   draft = draft_tree(drafter, params[0], q_level.cache, stream.pending, start,
                      state.catchup, state.catchup_valid & active, tree,
                      strategy, req, cfg.shape, cfg.proposal, commit_drafter,
-                     cfg.pad_id)
+                     cfg.pad_id, cfg.levels)
   block = draft.tokens  # [B, N + 1]
   p_len = p_level.cache.lengths
   p_logits, p_cache = verifier.step(
@@ -205,8 +212,8 @@ def tree_program(models: tuple, cfg: TreeConfig, rule) -> LoopProgram:
 
   Args:
     models: (drafter, verifier) DecodeModels sharing a vocabulary.
-    cfg: static TreeConfig; only its tree SHAPE (N, D, C) and proposal
-      enter the program (the tree itself is batch data).
+    cfg: static TreeConfig; only its tree SHAPE (N, D, C), level sizes
+      and proposal enter the program (the tree itself is batch data).
     rule: the method's static rule (``methods.TargetRule``).
   """
   if not isinstance(cfg, TreeConfig):
@@ -239,5 +246,5 @@ def tree_program(models: tuple, cfg: TreeConfig, rule) -> LoopProgram:
   def finish(args, s: DraftState):
     return output(s.stream, s.levels, cfg, trace=s.trace)
 
-  # cfg compares by the tree's shape: same-shaped trees share the key.
+  # cfg compares by the tree's shape and level sizes: such trees share it.
   return LoopProgram(("tree", models, cfg, rule), init, cond, body, finish)

@@ -18,11 +18,13 @@ How a call feeds the drafter depends on the model:
 
 * A model with ``masks_cached_slots = True`` (the built-in T5 and Gemma; see
   ``models/interface.py``) is fed each level ONCE: call k writes the depth-k
-  nodes (``level_bounds[k]`` block positions) after the cached shallower
-  levels, and its mask re-describes the last ``call_widths[k-1] + 1`` cached
-  slots (ancestors visible, other branches hidden, keys at their tree
-  depths). A row whose level would run past the block end starts earlier
-  and re-writes a few shallower nodes (same keys and values).
+  nodes (``level_bounds[k]`` block positions: the tree loop compiles the
+  tree's exact level sizes) after the cached shallower levels, and its mask
+  re-describes the last ``call_widths[k-1] + 1`` cached slots (ancestors
+  visible, other branches hidden, keys at their tree depths). Fed at the
+  bounds over (N, D, C) trees instead (``levels=None``), a row whose level
+  would run past the block end starts earlier and re-writes a few
+  shallower nodes (same keys and values).
 * Any other model is fed the whole block prefix of depth <= k
   (``verify.tree.call_widths``; nodes of deeper levels hold the pad id and
   no query attends to them) with the plain in-block mask: same logits, more
@@ -125,16 +127,16 @@ class _Feed:
     return jnp.clip(rel, 0, self.tokens.shape[1] - 1)
 
 
-def _prefix_feed(k, toks, tree, base, shape) -> _Feed:
+def _prefix_feed(k, toks, tree, base, shape, levels) -> _Feed:
   """Call k feeds the block prefix of depth <= k under the in-block mask."""
-  w = tree_lib.call_widths(*shape)[k] + 1
+  w = tree_lib.call_widths(*shape, levels)[k] + 1
   depth = tree["tree.depth"]
   return _Feed(tokens=toks[:, :w], offset=jnp.zeros_like(base), base=base,
                positions=base[:, None] + depth[:, :w],
                mask=tree["tree.mask"][:, :w, :w])
 
 
-def _level_feed(k, toks, tree, base, shape) -> _Feed:
+def _level_feed(k, toks, tree, base, shape, levels) -> _Feed:
   """Call k feeds the depth-k level after the cached shallower levels.
 
   The fed block is block positions ``[s, s + P)`` with P = level_bounds[k]
@@ -146,8 +148,8 @@ def _level_feed(k, toks, tree, base, shape) -> _Feed:
   if k == 0:  # the root alone: a plain one-token step
     return _Feed(tokens=toks[:, :1], offset=jnp.zeros_like(base), base=base,
                  positions=None, mask=None)
-  p = tree_lib.level_bounds(*shape)[k]
-  m = tree_lib.call_widths(*shape)[k - 1] + 1
+  p = tree_lib.level_bounds(*shape, levels)[k]
+  m = tree_lib.call_widths(*shape, levels)[k - 1] + 1
   start = jnp.minimum(tree["tree.first"][:, k], n + 1 - p)  # [B]
   cols = start[:, None] - m + jnp.arange(m + p)  # [B, M + P] block positions
   in_tree = cols >= 0
@@ -235,13 +237,13 @@ def draw_children(kind: str, logits, sq, kids, slot_of, keys_at, c_max):
 
 def _call_level(drafter, q_params, cache: KVCache, k: int, toks: jax.Array,
                 tree: dict, base: jax.Array, shape: tuple[int, int, int],
-                pos: jax.Array, incremental: bool):
+                pos: jax.Array, incremental: bool, levels):
   """Drafter call k of :func:`draft_tree`: (logits [B, P, V] at the block
   positions ``pos`` [B, P] of depth k, the cache back at lengths ``base``)."""
   if incremental:
-    feed = _level_feed(k, toks, tree, base, shape)
+    feed = _level_feed(k, toks, tree, base, shape, levels)
   else:
-    feed = _prefix_feed(k, toks, tree, base, shape)
+    feed = _prefix_feed(k, toks, tree, base, shape, levels)
   lg, new = drafter.step(q_params, feed.tokens, feed.cache_at(cache),
                          positions=feed.positions, mask=feed.mask,
                          logits_at=feed.logits_at(pos))  # [B, P, V]
@@ -259,7 +261,8 @@ def draft_tree(drafter, q_params, cache: KVCache, pending: jax.Array,
                start_out: jax.Array, catchup: jax.Array,
                catchup_valid: jax.Array, tree: dict, strategy, req: Request,
                shape: tuple[int, int, int], kind: str, last_call: bool,
-               pad_id: int) -> TreeDraft:
+               pad_id: int, levels: tuple[int, ...] | None = None
+               ) -> TreeDraft:
   """Drafts one tree per row.
 
   Args:
@@ -276,12 +279,15 @@ def draft_tree(drafter, q_params, cache: KVCache, pending: jax.Array,
     kind: proposal kind (static).
     last_call: run call D (q at the depth-D leaves, every node cached).
     pad_id: placeholder token of nodes not yet drawn.
+    levels: static block positions of each depth (``level_sizes`` of every
+      row's tree): each level fed at its exact width; None: at the bounds
+      over (N, D, C) trees (rows holding different trees of one shape).
 
   Returns:
     TreeDraft.
   """
   n, d_max, c_max = shape
-  bounds = tree_lib.level_bounds(*shape)
+  bounds = tree_lib.level_bounds(*shape, levels)
   root_logits, cache, catch_up_calls = _catch_up(
       drafter, q_params, cache, pending, catchup, catchup_valid, pad_id)
   base = cache.lengths  # [B]: the root's slot
@@ -303,7 +309,7 @@ def draft_tree(drafter, q_params, cache: KVCache, pending: jax.Array,
       lg = root_logits  # [B, 1, V]
     else:
       lg, cache = _call_level(drafter, q_params, cache, k, toks, tree, base,
-                              shape, pos, incremental)  # [B, P, V]
+                              shape, pos, incremental, levels)  # [B, P, V]
     pos_in = jnp.minimum(pos, n)
     sq = strategy.probs(lg)
     if logits_buf is None:

@@ -67,8 +67,7 @@ def needed_widths(structures: Sequence, levels: int, level_fed: bool = True,
       need[top].add(int(bound[-1]) + 1)
       continue
     t = s.topology
-    feeds = tree_lib.feed_widths(t.num_nodes, t.max_depth, t.max_children,
-                                 level_fed)
+    feeds = tree_lib.tree_feed_widths(t, level_fed)
     calls = ([feeds[0] + 1, *feeds[1:t.max_depth]] if sync == "catchup"
              else list(feeds[:t.max_depth + 1]))
     need[0].update(int(w) for w in calls)

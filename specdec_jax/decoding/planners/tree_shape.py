@@ -27,8 +27,8 @@ tree with N nodes, depth D and at most C children costs
     sum_k c_q(F_k) + c_p(N + 1)    (+ the loop's: h + N h_node + D h_depth)
 
 with F_k the tokens compiled drafter call k feeds (``verify.tree.
-feed_widths``: the bound on the depth-k level for a level-fed drafter, the
-block prefix of depth <= k otherwise; k = 0..D when the drafter commits the
+tree_feed_widths``: the depth-k level for a level-fed drafter, the block
+prefix of depth <= k otherwise; k = 0..D when the drafter commits the
 tree, 0..D-1 when it catches up, call 0 then feeding 2 tokens: the catch-up
 slot and the root, ``loops/tree_drafting.py``). The plan
 minimises cost per token over every (n, d); its predicted speedup is the
@@ -206,9 +206,9 @@ class Plan:
 
 def block_seconds(topology: Topology, costs, sync: str = "commit") -> float:
   """Predicted seconds of one tree block with measured ``costs``."""
-  n, d, c = topology.num_nodes, topology.max_depth, topology.max_children
-  feeds = tree_lib.feed_widths(n, d, c,
-                               getattr(costs, "drafter_level_fed", True))
+  n, d = topology.num_nodes, topology.max_depth
+  feeds = tree_lib.tree_feed_widths(
+      topology, getattr(costs, "drafter_level_fed", True))
   if sync == "commit":
     total = sum(costs.drafter(feeds[k]) for k in range(d + 1))
   else:  # calls 0..D-1; call 0 is a 2-token block (catch-up slot + root)

@@ -57,6 +57,8 @@ from specdec_jax.decoding.rules import keys as keys_lib
 from specdec_jax.decoding.rules import sampling
 from specdec_jax.decoding.rules.targets import Target, effective
 from specdec_jax.decoding.verify.topology import Topology
+from specdec_jax.decoding.verify.tree_static import (  # re-exported
+    call_widths, feed_widths, level_bounds, level_sizes, tree_feed_widths)
 
 PROPOSALS = ("iid", "without_replacement", "top_k")
 SYNCS = ("auto", "commit", "catchup")
@@ -108,39 +110,7 @@ class Tree:
     return t.num_nodes, t.max_depth, t.max_children
 
 
-# -- static bounds of a (N, D, C) tree ----------------------------------------
-
-
-def call_widths(n: int, d: int, c: int) -> tuple[int, ...]:
-  """Upper bound on the nodes of depth <= k, for k = 0..D (tree as data).
-
-  Breadth-first numbering puts those nodes first, so drafter call k feeds
-  the block prefix [root, nodes 0 .. W_k - 1] only.
-  """
-  out, level = [0], 1
-  for k in range(1, d + 1):
-    level *= c
-    out.append(min(n - (d - k), out[-1] + level))
-  return tuple(out)
-
-
-def level_bounds(n: int, d: int, c: int) -> tuple[int, ...]:
-  """Upper bound on the block positions of depth exactly k, k = 0..D."""
-  widths = call_widths(n, d, c)
-  return (1,) + tuple(max(1, min(c**k, n - d + 1, widths[k] - k + 1))
-                      for k in range(1, d + 1))
-
-
-def feed_widths(n: int, d: int, c: int, level_fed: bool) -> tuple[int, ...]:
-  """Tokens fed by tree-drafting call k = 0..D (compiled widths).
-
-  A level-fed drafter (``masks_cached_slots``) gets the root, then one
-  level per call (``level_bounds``); any other drafter gets the block
-  prefix of depth <= k (``call_widths`` + the root).
-  """
-  if level_fed:
-    return level_bounds(n, d, c)
-  return tuple(w + 1 for w in call_widths(n, d, c))
+# -- a tree's arrays (its drafter calls' widths: tree_static.py) --------------
 
 
 def tree_arrays(topology: Topology, batch: int) -> dict[str, np.ndarray]:
