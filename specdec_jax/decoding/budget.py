@@ -133,9 +133,9 @@ _STATE_BYTES: dict[tuple, int] = {}
 
 def _state_bytes(program, args) -> int:
   leaves, treedef = jax.tree.flatten(args)
-  sig = (program.key, treedef, tuple((np.shape(x), str(np.asarray(
-      x).dtype) if not hasattr(x, "dtype") else str(x.dtype))
-                                     for x in leaves))
+  sig = (program.key, treedef, tuple(
+      (x.shape, x.dtype) if hasattr(x, "dtype") and hasattr(x, "shape")
+      else (np.shape(x), np.asarray(x).dtype) for x in leaves))
   if sig not in _STATE_BYTES:
     def compute():
       state = jax.eval_shape(program.init, args)

@@ -220,16 +220,26 @@ def make_batch(prompt, prompt_len, inputs, req: Request, strategy,
   """The Batch of a call: arrays plus per-row [B] knob dicts."""
   b = prompt.shape[0]
   _, sampling_knobs = knobs_lib.split(sampling_lib.canonical(strategy))
-  # device_put of host arrays: jnp.asarray would compile a copy program
-  # per shape (a warm CLI run pays for each, ~10-50 ms). JAX arrays (and
-  # tracers: the t5x adapter builds the batch inside jit) stay JAX values.
   ids = lambda x: (x.astype(jnp.int32) if isinstance(x, jax.Array) else
-                   jax.device_put(np.asarray(x, np.int32)))
-  return Batch(
+                   np.asarray(x, np.int32))
+  return to_device(Batch(
       prompt=ids(prompt), prompt_len=ids(prompt_len),
       inputs=None if inputs is None else ids(inputs),
       req=req, sampling=knobs_lib.per_row(sampling_knobs, b, "sampling"),
-      knobs=knobs_lib.per_row(method.knobs(), b, "method"))
+      knobs=knobs_lib.per_row(method.knobs(), b, "method")))
+
+
+def to_device(tree):
+  """``tree`` with its host (numpy) leaves on the device, in ONE
+  ``jax.device_put`` (each put is a dispatch, ~60 us on CPU; and
+  ``jnp.asarray`` would compile a copy program per shape, ~10-50 ms on a
+  warm CLI run). JAX arrays (and tracers: the t5x adapter builds its batch
+  inside jit) stay as they are."""
+  leaves, treedef = jax.tree.flatten(tree)
+  host = [i for i, x in enumerate(leaves) if isinstance(x, np.ndarray)]
+  for i, x in zip(host, jax.device_put([leaves[i] for i in host])):
+    leaves[i] = x
+  return jax.tree.unflatten(treedef, leaves)
 
 
 def sampling_static(strategy) -> knobs_lib.Static:
@@ -267,7 +277,7 @@ def gather(x):
   if isinstance(x, jax.Array) and not x.is_fully_addressable:
     from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
     return multihost_utils.process_allgather(x, tiled=True)
-  return jax.device_get(x)
+  return np.asarray(x)  # one copy; jax.device_get costs ~10x the dispatch
 
 
 def check_prompts(prompt: np.ndarray, plen: np.ndarray, inputs, vocab: int):
@@ -362,10 +372,10 @@ def prepare_batch(method, verifier, strategy, *, prompts, inputs,
   rows = prompt.shape[0]
   max_new = check_max_new(max_new_tokens, rows)
   seeds = check_seeds(seeds, rows)
-  req = Request(seed=jax.device_put(seeds),
-                request_id=jax.device_put(request_ids_of(request_ids, prompt,
-                                                         plen, inp, seeds)),
-                max_new_tokens=jax.device_put(max_new.astype(np.int32)))
+  req = Request(seed=seeds,  # host arrays: make_batch puts them
+                request_id=request_ids_of(request_ids, prompt, plen, inp,
+                                          seeds),
+                max_new_tokens=max_new.astype(np.int32))
   batch = make_batch(prompt, plen, inp, req, strategy, method)
   if mesh is not None:
     batch = pad_batch(batch, data_parallelism(mesh))

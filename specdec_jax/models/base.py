@@ -24,7 +24,13 @@ from specdec_jax.models import masks as masks_lib
 from specdec_jax.models.cache import KVCache
 from specdec_jax.models.interface import Encoded, check_tokens
 from specdec_jax.models.layers import box_names, dtype_of, unbox
-from specdec_jax.models.params import check_params
+from specdec_jax.models.params import check_params, shape_signature
+
+# (id(model), params shape signature) -> the model whose check passed (kept
+# so the id cannot be reused while the entry lives). A decode call checks
+# its params every call; a tree of hundreds of leaves costs ~1 ms to walk.
+_CHECKED: dict[tuple, Any] = {}
+_CHECKED_MAX = 256
 
 
 @functools.lru_cache(maxsize=64)
@@ -153,9 +159,20 @@ class FlaxDecodeModel(abc.ABC):
     return int(sum(int(np.prod(x.shape)) for x in leaves))
 
   def check_params(self, params: Mapping[str, Any]) -> None:
-    """Raises ValueError unless ``params`` matches the full architecture."""
+    """Raises ValueError unless ``params`` matches the full architecture.
+
+    A tree of the same structure and leaf shapes as one that passed for
+    this model object passes at once (the check reads nothing else)."""
+    sig = shape_signature(params) if isinstance(params, Mapping) else None
+    key = None if sig is None else (id(self), sig)
+    if key is not None and _CHECKED.get(key) is self:
+      return
     check_params(params, self.param_shapes(),
                  what=f"{type(self).__name__} params")
+    if key is not None:
+      if len(_CHECKED) >= _CHECKED_MAX:
+        _CHECKED.clear()
+      _CHECKED[key] = self
 
   def dtype(self) -> jnp.dtype:
     return dtype_of(self.config.dtype)

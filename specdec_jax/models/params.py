@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+import jax
 import numpy as np
 
 Params = Mapping[str, Any]  # nested dict of arrays, Flax 'params' collection
@@ -69,3 +70,15 @@ def check_params(params: Mapping[str, Any], expected: Mapping[str, Any],
       raise ValueError(
           f"{what} leaf '{path}' has shape {shape}, expected "
           f"{tuple(ref.shape)}; the checkpoint or preset does not match")
+
+
+def shape_signature(params: Any) -> tuple | None:
+  """(tree structure, leaf shapes) of a parameter tree: everything
+  :func:`check_params` reads, hashable (a checked tree's signature can be
+  remembered). None when a leaf has no ``shape`` (such a tree is always
+  checked in full)."""
+  leaves, treedef = jax.tree.flatten(params)
+  shapes = tuple(getattr(x, "shape", None) for x in leaves)
+  if any(s is None for s in shapes):
+    return None
+  return treedef, shapes

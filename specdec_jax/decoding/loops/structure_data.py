@@ -13,7 +13,6 @@ one shape shares one compiled program:
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 from flax import struct
 
 from specdec_jax.decoding.rules import knobs as knobs_lib
@@ -48,8 +47,8 @@ class TreeArrays:
   def of(cls, topology: Topology, batch: int) -> "TreeArrays":
     """The arrays of ``topology`` for ``batch`` rows (device arrays)."""
     arrays = tree_lib.tree_arrays(topology, batch)
-    return cls(**{k.split(".", 1)[1]: jnp.asarray(v)
-                  for k, v in arrays.items()})
+    return cls(**jax.device_put({k.split(".", 1)[1]: v
+                                 for k, v in arrays.items()}))
 
   def as_dict(self) -> dict[str, jax.Array]:
     """The ``'tree.<name>'`` dict the tree kernels read
@@ -71,5 +70,6 @@ class StackKnobs:
   @classmethod
   def of(cls, knobs: tuple, batch: int) -> "StackKnobs":
     """Per-row [B] arrays of each level's knob dict."""
-    return cls(lenient=tuple(knobs_lib.per_row(k, batch, f"level {n} method")
-                             for n, k in enumerate(knobs, 1)))
+    return cls(lenient=jax.device_put(tuple(
+        knobs_lib.per_row(k, batch, f"level {n} method")
+        for n, k in enumerate(knobs, 1))))
