@@ -12,13 +12,17 @@ alternating A B A B ... (``--rounds``) so that drift in the machine's speed
 hits both. Within a process every cell is compiled once, then timed
 ``--repeats`` times (median). The report gives each cell's tokens/s on A and
 B, the per-round B/A ratios and their median, and whether the tokens of the
-two checkouts are identical (they must be: same seeds, same request ids).
+two checkouts are identical (they must be: same seeds, same request ids)
+and whether each cell ran the same device program on both (a hash of the
+lowered StableHLO, no debug info): a change to the host side of a call
+keeps every program, so its B/A is the host time alone.
 
 Internal mode (one process, one checkout): ``--worker PATH`` prints one
 JSON line of {cell: {"tps": ..., "tokens": ...}}.
 """
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -57,6 +61,7 @@ def _worker(path: str, cases, batches, temperatures, repeats: int,
   out = {}
   pairs = {f: default_models.load_pair_for_benchmark(f, limit=8)
            for f in FAMILIES}
+  seen = _record_programs(decoding)
   for fam, case, batch, temp in _cells(cases, batches, temperatures):
     bp = pairs[fam]
     q, p, qp, pp = bp
@@ -72,7 +77,8 @@ def _worker(path: str, cases, batches, temperatures, repeats: int,
         return decoding.generate_hierarchy(levels, [4, 2][:len(levels) - 1],
                                            **common)
     else:
-      name = {"target_only": "target_only", "tree_2x3": "spec_decode",
+      name = {"target_only": "target_only", "drafter_only": "drafter_only",
+              "tree_2x3": "spec_decode",
               "tree_plan16": "spec_decode", "spec_decode_g5": "spec_decode",
               "token_v3_g5": "token_v3"}[case]
       knobs = {"alpha": 0.3} if name == "token_v3" else {}
@@ -82,8 +88,10 @@ def _worker(path: str, cases, batches, temperatures, repeats: int,
                if case == "tree_plan16" else {"gamma": 5})
       def call(method=method, common=common, extra=extra):
         return decoding.generate(method, q, p, qp, pp, **common, **extra)
+    seen.clear()
     res = call()  # compile
     jax.block_until_ready(res.tokens)
+    program = _program_hash(jax, seen)
     times = []
     for _ in range(repeats):
       t0 = time.perf_counter()
@@ -94,8 +102,40 @@ def _worker(path: str, cases, batches, temperatures, repeats: int,
     emitted = sum(len(r) for r in toks)
     print(f"{fam}|{case}|b{batch}|T{temp}", file=sys.stderr, flush=True)
     out[f"{fam}|{case}|b{batch}|T{temp}"] = {
-        "tps": emitted / statistics.median(times), "tokens": toks}
+        "tps": emitted / statistics.median(times), "tokens": toks,
+        "program": program}
   return out
+
+
+def _record_programs(decoding) -> list:
+  """Wraps the checkout's ``api.run_program`` to record the (program,
+  args) of each call; [] stays empty where the checkout has none."""
+  seen = []
+  api = getattr(decoding, "api", None)
+  real = getattr(api, "run_program", None)
+  if real is None:
+    return seen
+
+  def recording(program, args, mesh=None):
+    seen.append((program, args))
+    return real(program, args, mesh)
+  api.run_program = recording
+  return seen
+
+
+def _program_hash(jax, seen) -> str | None:
+  """sha256 (16 hex digits) of the lowered StableHLO (no debug info) of
+  the programs a call ran; None when none was recorded or lowering
+  failed."""
+  if not seen:
+    return None
+  digest = hashlib.sha256()
+  try:
+    for program, args in seen:
+      digest.update(jax.jit(program.__call__).lower(args).as_text().encode())
+  except Exception:  # pylint: disable=broad-except  (a checkout's internals)
+    return None
+  return digest.hexdigest()[:16]
 
 
 def main() -> None:
@@ -116,7 +156,7 @@ def main() -> None:
   batches = [int(x) for x in args.batches.split(",")]
   temps = [float(x) for x in args.temperatures.split(",")]
   cases = args.cases.split(",")
-  known = CASES + ("tree_plan16",)
+  known = CASES + ("tree_plan16", "drafter_only")
   if set(cases) - set(known):
     ap.error(f"--cases: unknown {sorted(set(cases) - set(known))}; choose "
              f"from {known}")
@@ -151,10 +191,17 @@ def main() -> None:
     ratios = [y / x for x, y in zip(a, b)]
     same = all(run[key]["tokens"] == runs["A"][0][key]["tokens"]
                for run in runs["A"] + runs["B"])
+    hashes = {run[key].get("program") for run in runs["A"] + runs["B"]}
     rows.append({"cell": key, "a_tps": statistics.median(a),
                  "b_tps": statistics.median(b), "ratios": ratios,
                  "ratio_median": statistics.median(ratios),
-                 "tokens_identical": same})
+                 "a_ms": 1e3 * sum(map(len, runs["A"][0][key]["tokens"]))
+                 / statistics.median(a),
+                 "b_ms": 1e3 * sum(map(len, runs["B"][0][key]["tokens"]))
+                 / statistics.median(b),
+                 "tokens_identical": same,
+                 "same_program": (None if None in hashes
+                                  else len(hashes) == 1)})
   sys.path.insert(0, os.path.dirname(os.path.dirname(
       os.path.abspath(__file__))))
   from specdec_jax.eval import results_file  # pylint: disable=g-import-not-at-top
@@ -166,13 +213,17 @@ def main() -> None:
            f"Median over cells of B/A: {statistics.median(meds):.3f} "
            f"(min {min(meds):.3f}, max {max(meds):.3f}); tokens identical "
            f"in {sum(r['tokens_identical'] for r in rows)}/{len(rows)} "
-           "cells.", "",
-           "| cell | A tok/s | B tok/s | B/A per round | B/A median | "
-           "same tokens |", "|---|---|---|---|---|---|"]
+           f"cells; same device program in "
+           f"{sum(r['same_program'] is True for r in rows)}/{len(rows)}.",
+           "", "| cell | A tok/s | B tok/s | A ms/call | B ms/call | B/A per "
+           "round | B/A median | same tokens | same program |",
+           "|---|---|---|---|---|---|---|---|---|"]
   for r in rows:
     lines.append(f"| {r['cell']} | {r['a_tps']:.1f} | {r['b_tps']:.1f} | "
+                 f"{r['a_ms']:.2f} | {r['b_ms']:.2f} | "
                  + ", ".join(f"{x:.2f}" for x in r["ratios"])
-                 + f" | {r['ratio_median']:.3f} | {r['tokens_identical']} |")
+                 + f" | {r['ratio_median']:.3f} | {r['tokens_identical']} | "
+                 f"{r['same_program']} |")
   body = "# A/B: the same decodes on two checkouts\n\n" + "\n".join(lines)
   results_file.write_report(
       args.out, command="python " + " ".join(sys.argv), markdown=body,
