@@ -17,6 +17,7 @@ import json
 import os
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from safetensors.numpy import load_file, save_file
@@ -98,7 +99,8 @@ def load(path: str, dtype: str | None = "float32",
       checkpoint has one.
 
   Returns:
-    (model, params).
+    (model, params): params as device arrays (one copy at load; numpy
+    leaves would be copied to the device again by every decode call).
   """
   if not os.path.isdir(path):
     raise ValueError(f"checkpoint directory {path!r} does not exist")
@@ -128,7 +130,7 @@ def load(path: str, dtype: str | None = "float32",
             for k, v in flat.items()}
   params = unflatten_params(flat)
   model.check_params(params)
-  return model, params
+  return model, jax.device_put(params)
 
 
 __all__ = ["config_from_dict", "config_to_dict", "is_native", "load", "save"]

@@ -91,3 +91,29 @@ def test_results_come_back_as_host_numpy_rows():
     assert isinstance(getattr(res, f), np.ndarray), f
     assert getattr(res, f).shape[0] == 3, f
   assert (res.lengths == 7).all()
+
+
+def test_numpy_params_warn_that_every_call_copies_them():
+  d, v, qp, pp = tiny_pair("gemma")
+  prompts = [[2, 5, 6]]
+  with pytest.warns(UserWarning, match=r"the verifier's params hold \d+ "
+                    r"numpy arrays .*every decode call copies them to the "
+                    r"device again; .*jax.device_put\(params\)"):
+    decoding.generate(decoding.TargetOnly(), d, v, qp,
+                      jax.tree.map(np.asarray, pp), prompts,
+                      max_new_tokens=2)
+  import warnings  # pylint: disable=g-import-not-at-top
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")  # device params: no warning
+    decoding.generate(decoding.TargetOnly(), d, v, qp,
+                      jax.device_put(pp), prompts, max_new_tokens=2)
+
+
+def test_native_checkpoints_load_as_device_arrays(tmp_path):
+  from specdec_jax.checkpoints import native  # pylint: disable=g-import-not-at-top
+  model, params = tiny("gemma")
+  native.save(str(tmp_path), model, jax.tree.map(np.asarray, params))
+  _, loaded = native.load(str(tmp_path))
+  assert all(isinstance(x, jax.Array) for x in jax.tree.leaves(loaded))
+  np.testing.assert_array_equal(loaded["final_norm"]["scale"],
+                                params["final_norm"]["scale"])
