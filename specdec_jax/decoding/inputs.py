@@ -8,12 +8,12 @@ or silently wrong output. ``generate`` and the t5x Models share it.
 from __future__ import annotations
 
 import hashlib
-import warnings
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specdec_jax.decoding import transfer
 from specdec_jax.decoding.loops.state import Batch, Request
 from specdec_jax.decoding.rules import knobs as knobs_lib
 from specdec_jax.decoding.rules import sampling as sampling_lib
@@ -189,7 +189,7 @@ def check_params(method, drafter, verifier, q_params, p_params) -> None:
   if method.uses_drafter:
     pairs.append(("drafter", drafter, q_params))
   for role, model, params in pairs:
-    warn_host_params(role, params)
+    transfer.warn_host_params(role, params)
     if not hasattr(model, "check_params"):
       continue  # a user model following only the decode protocol
     try:
@@ -199,21 +199,6 @@ def check_params(method, drafter, verifier, q_params, p_params) -> None:
                        f"{describe_model(model)}: {e}; pass the params loaded "
                        f"with this model (checkpoints.load returns both)"
                        ) from None
-
-
-def warn_host_params(role: str, params) -> None:
-  """Warns (once per message) when ``params`` hold numpy arrays: a jitted
-  call copies host leaves to the device on EVERY call (42 MB for the
-  default T5 verifier: ~6 ms a call on CPU)."""
-  host = [x for x in jax.tree.leaves(params) if isinstance(x, np.ndarray)]
-  if host:
-    mb = sum(x.nbytes for x in host) / 2**20
-    warnings.warn(
-        f"the {role}'s params hold {len(host)} numpy arrays ({mb:.0f} MiB): "
-        f"every decode call copies them to the device again; put them there "
-        f"once, params = jax.device_put(params) (with a mesh: "
-        f"jax.device_put(params, sharding.param_shardings(params, mesh)))",
-        stacklevel=4)
 
 
 def check_method(method, strategy) -> None:
@@ -240,24 +225,11 @@ def make_batch(prompt, prompt_len, inputs, req: Request, strategy,
   _, sampling_knobs = knobs_lib.split(sampling_lib.canonical(strategy))
   ids = lambda x: (x.astype(jnp.int32) if isinstance(x, jax.Array) else
                    np.asarray(x, np.int32))
-  return to_device(Batch(
+  return transfer.to_device(Batch(
       prompt=ids(prompt), prompt_len=ids(prompt_len),
       inputs=None if inputs is None else ids(inputs),
       req=req, sampling=knobs_lib.per_row(sampling_knobs, b, "sampling"),
       knobs=knobs_lib.per_row(method.knobs(), b, "method")))
-
-
-def to_device(tree):
-  """``tree`` with its host (numpy) leaves on the device, in ONE
-  ``jax.device_put`` (each put is a dispatch, ~60 us on CPU; and
-  ``jnp.asarray`` would compile a copy program per shape, ~10-50 ms on a
-  warm CLI run). JAX arrays (and tracers: the t5x adapter builds its batch
-  inside jit) stay as they are."""
-  leaves, treedef = jax.tree.flatten(tree)
-  host = [i for i, x in enumerate(leaves) if isinstance(x, np.ndarray)]
-  for i, x in zip(host, jax.device_put([leaves[i] for i in host])):
-    leaves[i] = x
-  return jax.tree.unflatten(treedef, leaves)
 
 
 def sampling_static(strategy) -> knobs_lib.Static:
@@ -288,14 +260,6 @@ def pad_batch(batch: Batch, multiple: int) -> Batch:
   ids = padded.req.request_id.at[b:].set(-1)
   return padded.replace(req=padded.req.replace(max_new_tokens=mnt,
                                                request_id=ids))
-
-
-def gather(x):
-  """A (possibly multi-host sharded) array as one host numpy array."""
-  if isinstance(x, jax.Array) and not x.is_fully_addressable:
-    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
-    return multihost_utils.process_allgather(x, tiled=True)
-  return np.asarray(x)  # one copy; jax.device_get costs ~10x the dispatch
 
 
 def check_prompts(prompt: np.ndarray, plen: np.ndarray, inputs, vocab: int):

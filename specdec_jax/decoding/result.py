@@ -8,7 +8,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from specdec_jax.decoding import inputs as inputs_lib
+from specdec_jax.decoding import transfer
 
 
 @dataclasses.dataclass
@@ -113,7 +113,7 @@ class DecodeResult:
 def result(out, batch: int, width: int) -> DecodeResult:
   """DecodeResult of a LoopOutput (device arrays) for the first ``batch``
   rows (the rest is mesh padding)."""
-  out = jax.tree.map(lambda x: inputs_lib.gather(x)[:batch], out)
+  out = jax.tree.map(lambda x: transfer.gather(x)[:batch], out)
   stack = lambda f: np.stack([getattr(lv, f) for lv in out.levels], axis=1)
   calls = stack("calls")  # [B, K]
   trace = None

@@ -7,6 +7,7 @@ import pytest
 
 from specdec_jax import decoding, models
 from specdec_jax.decoding import inputs as inputs_lib
+from specdec_jax.decoding import transfer
 from specdec_jax.decoding.rules import knobs as knobs_lib
 from specdec_jax.models import base as base_lib
 from specdec_jax.models import params as params_lib
@@ -73,7 +74,7 @@ def test_knobs_are_host_arrays_and_a_batch_moves_in_one_put(monkeypatch):
   assert (rows, max_new) == (2, 4)
   # JAX values (the t5x adapter's, built inside jit) are kept as they are.
   ids = jax.numpy.arange(3, dtype=np.int32)
-  kept = inputs_lib.to_device({"a": ids, "b": np.ones(2, np.float32)})
+  kept = transfer.to_device({"a": ids, "b": np.ones(2, np.float32)})
   assert kept["a"] is ids and isinstance(kept["b"], jax.Array)
 
 
@@ -84,7 +85,7 @@ def test_results_come_back_as_host_numpy_rows():
                           prompts, gamma=3, max_new_tokens=7, seeds=4,
                           eos_id=None)
   x = jax.numpy.arange(6).reshape(2, 3)
-  got = inputs_lib.gather(x)
+  got = transfer.gather(x)
   assert isinstance(got, np.ndarray)
   np.testing.assert_array_equal(got, [[0, 1, 2], [3, 4, 5]])
   for f in ("tokens", "lengths", "calls", "finite"):
