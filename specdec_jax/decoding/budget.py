@@ -33,6 +33,7 @@ import jax
 import numpy as np
 
 from specdec_jax import program_cache
+from specdec_jax.decoding import transfer
 
 GIB = 2**30
 MAX_POSITIONS = 2**31 - 1  # positions and cache slots are int32
@@ -132,10 +133,7 @@ _STATE_BYTES: dict[tuple, int] = {}
 
 
 def _state_bytes(program, args) -> int:
-  leaves, treedef = jax.tree.flatten(args)
-  sig = (program.key, treedef, tuple(
-      (x.shape, x.dtype) if hasattr(x, "dtype") and hasattr(x, "shape")
-      else (np.shape(x), np.asarray(x).dtype) for x in leaves))
+  sig = (program.key, *transfer.signature(args))
   if sig not in _STATE_BYTES:
     def compute():
       state = jax.eval_shape(program.init, args)

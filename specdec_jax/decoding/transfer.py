@@ -26,6 +26,13 @@ def to_device(tree):
   return jax.tree.unflatten(treedef, leaves)
 
 
+def signature(tree) -> tuple:
+  """(treedef, abstract value of each leaf): what a jitted call of
+  ``tree`` compiles for, hashable (the per-call memos key on it)."""
+  leaves, treedef = jax.tree.flatten(tree)
+  return treedef, tuple(map(jax.typeof, leaves))
+
+
 def gather(x):
   """A (possibly multi-host sharded) array as one host numpy array."""
   if isinstance(x, jax.Array) and not x.is_fully_addressable:
@@ -50,4 +57,4 @@ def warn_host_params(role: str, params) -> None:
         stacklevel=4)
 
 
-__all__ = ["gather", "to_device", "warn_host_params"]
+__all__ = ["gather", "signature", "to_device", "warn_host_params"]

@@ -51,6 +51,18 @@ def test_shape_signature_reads_structure_and_shapes_only():
   assert params_lib.shape_signature({"a": [1.0, 2.0]}) is None  # no shape
 
 
+def test_call_signature_keys_on_structure_and_abstract_values():
+  sig = transfer.signature({"a": np.zeros((2, 3), np.float32), "b": 1})
+  assert sig == transfer.signature({"a": np.ones((2, 3), np.float32),
+                                    "b": 5})
+  assert sig != transfer.signature({"a": np.zeros((2, 4), np.float32),
+                                    "b": 1})
+  assert sig != transfer.signature({"a": np.zeros((2, 3), np.int32),
+                                    "b": 1})
+  assert sig != transfer.signature({"c": np.zeros((2, 3), np.float32),
+                                    "b": 1})
+
+
 def test_knobs_are_host_arrays_and_a_batch_moves_in_one_put(monkeypatch):
   knobs = knobs_lib.per_row({"temperature": 0.5, "k": [3, 4]}, 2, "x")
   assert all(isinstance(v, np.ndarray) for v in knobs.values())
@@ -68,7 +80,11 @@ def test_knobs_are_host_arrays_and_a_batch_moves_in_one_put(monkeypatch):
   assert len(puts) == 1
   leaves = jax.tree.leaves(batch)
   assert all(isinstance(x, jax.Array) for x in leaves)
-  assert batch.prompt.dtype == np.int32 and batch.prompt.shape == (2, width)
+  assert batch.prompt.dtype == np.int32
+  np.testing.assert_array_equal(  # right-padded with 0, lengths kept
+      batch.prompt, np.pad([[2, 5, 6], [2, 7, 0]], ((0, 0), (0, width - 3))))
+  np.testing.assert_array_equal(batch.prompt_len, [3, 2])
+  np.testing.assert_array_equal(batch.req.seed, [1, 2])
   np.testing.assert_array_equal(batch.req.max_new_tokens, [3, 4])
   np.testing.assert_array_equal(batch.sampling["temperature"], [0.5, 0.5])
   assert (rows, max_new) == (2, 4)

@@ -43,6 +43,7 @@ from typing import Any
 import jax
 
 from specdec_jax import program_cache
+from specdec_jax.decoding import transfer
 
 # (store key) -> jitted call of the deserialized program (this process).
 _CALLS: dict[str, Any] = {}
@@ -119,8 +120,7 @@ def store_key(program, args) -> str | None:
 
   Memoised per (program key, argument structure, abstract values): the
   text (~12 kB for a T5 pair) costs ~1.7 ms to build, on every call."""
-  leaves, treedef = jax.tree.flatten(args)
-  avals = tuple(map(jax.typeof, leaves))
+  treedef, avals = transfer.signature(args)
   sig = (program.key, treedef, avals)
   if sig not in _KEYS:
     if len(_KEYS) >= 1024:
