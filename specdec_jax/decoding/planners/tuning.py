@@ -12,7 +12,10 @@ prefers:
   tokens/s beat target-only's by ``margin`` (default 2%), both timed back to
   back (median of per-repeat ratios; the ``confirm`` fastest are timed
   twice), so auto is never slower than target-only beyond noise: measured
-  selection, not a prediction.
+  selection, not a prediction. Candidates within ``margin`` of the fastest
+  are a tie, won by the fewest drafted tokens per verifier call
+  (:func:`draft_width`: the least hurt where acceptance is lower than on
+  the calibration prompts).
 * ``'quality'`` with ``latency_budget`` (seconds per token relative to
   target-only, e.g. 0.8): the best quality among candidates within the
   budget (ties: the faster; none within: the fastest);
@@ -93,7 +96,9 @@ def choose(measured: Sequence[Measured], objective: str = "latency", *,
     measured: every candidate's numbers, target-only among them (ratio 1).
     objective, latency_budget, quality_floor: as in :func:`tune`.
     margin: a speculative candidate must reach ``margin`` x target-only's
-      tokens/s to be chosen over it.
+      tokens/s to be chosen over it; for 'latency', speculative candidates
+      within ``margin`` of the fastest are a tie, won by the one verifying
+      the fewest drafted tokens per call (:func:`draft_width`).
   """
   check_objective(objective, latency_budget, quality_floor)
   if not measured:
@@ -109,7 +114,11 @@ def choose(measured: Sequence[Measured], objective: str = "latency", *,
   pool = [m for m in measured if m is base or speed(m) >= margin]
   if objective == "latency":
     pool = [m for m in pool if m.candidate.lossless]
-    return max(pool, key=speed)
+    best = max(pool, key=speed)
+    ties = [m for m in pool if m is not base
+            and speed(m) * margin >= speed(best)]
+    return min(ties, key=lambda m: (draft_width(m.candidate), -speed(m)),
+               default=best)
   if latency_budget is not None:
     fits = [m for m in pool if 1.0 / max(speed(m), 1e-12) <= latency_budget]
     if not fits:
@@ -117,6 +126,28 @@ def choose(measured: Sequence[Measured], objective: str = "latency", *,
     return max(fits, key=lambda m: (quality(m), speed(m)))
   fits = [m for m in pool if quality(m) >= quality_floor]
   return max(fits, key=speed)
+
+
+def draft_width(candidate: Candidate) -> int:
+  """Drafted tokens the verifier checks per call: a chain's gamma, a
+  tree's nodes, a stack's last buffer (target-only: 0).
+
+  The latency choice breaks ties within noise by it: measured on the
+  calibration prompts, a longer block and a shorter one can run equally
+  fast, but where the workload's acceptance is lower the longer block
+  loses more (its extra drafts are wasted work more often). The default
+  Gemma pair's tune chose chain:7 by 0.1% over chain:3 on 4 calibration
+  prompts (teacher-forced acceptance 0.89); on the workload (0.63) chain:7
+  ran at 0.78x target-only, chain:3 at 0.92x (bench_auto.md).
+  """
+  if candidate.method == "target_only":
+    return 0
+  s = candidate.structure
+  if isinstance(s, Chain):
+    return int(s.gamma)
+  if isinstance(s, Tree):
+    return int(s.topology.num_nodes)
+  return int(s.buffers[-1])
 
 
 def conservative_ratio(m: Measured, base: Measured) -> float:
@@ -288,4 +319,5 @@ def tune(models: Sequence, params: Sequence, prompts=None, *, inputs=None,
 
 
 __all__ = ["CASCADES", "DecodeMeasurer", "STACKS", "TREES", "agreement",
-           "candidates", "choose", "predict_chains", "repeat_note", "tune"]
+           "candidates", "choose", "draft_width", "predict_chains",
+           "repeat_note", "tune"]
