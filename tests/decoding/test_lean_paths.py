@@ -105,10 +105,12 @@ def test_draw_takes_a_key_function():
         jax.jit(lambda: sampling.draw(keys, logits, strategy))())
 
 
-def _lean_and_reference(family, *counters, **structure):
+def _lean_and_reference(family, *counters, temperatures=(0.0, 1.0) * 4,
+                        **structure):
   """(lean, reference) SpecDecode results on a tiny pair (8 rows, T 0 and 1
-  mixed, with the block trace), asserted equal in tokens, the block trace,
-  accepted / drafted / verifier calls and ``counters``."""
+  mixed unless ``temperatures`` says otherwise, with the block trace),
+  asserted equal in tokens, the block trace, accepted / drafted / verifier
+  calls and ``counters``."""
   from specdec_jax import decoding  # pylint: disable=g-import-not-at-top
   from tests.decoding import pairs  # pylint: disable=g-import-not-at-top
   d, v, qp, pp = pairs.tiny_pair(family)
@@ -118,7 +120,7 @@ def _lean_and_reference(family, *counters, **structure):
   def run():
     return decoding.generate(
         decoding.make_method("spec_decode"), d, v, qp, pp,
-        sampling=decoding.Temperature([0.0, 1.0] * 4), max_new_tokens=12,
+        sampling=decoding.Temperature(list(temperatures)), max_new_tokens=12,
         seeds=list(range(8)), eos_id=None, return_trace=True, **structure,
         **kw)
 
@@ -182,3 +184,45 @@ def test_tree_catch_up_inside_the_root_call_matches_the_cond(family):
     lags = np.where(live, acc[:, k] == depth, lags)
   assert extra.any()
   np.testing.assert_array_equal(ref.drafter_calls, depth * calls + extra)
+
+
+@pytest.mark.parametrize("kind", ["iid", "without_replacement"])
+def test_greedy_children_are_the_drawn_ones(kind):
+  """A greedy batch's children, taken without draws (the argmax; the top C
+  logits in order), equal the rank-by-rank draws from one-hot S(q): ties in
+  the logits included (lower index first)."""
+  from specdec_jax.decoding.loops import tree_drafting  # pylint: disable=g-import-not-at-top
+  logits = jnp.round(jax.random.normal(jax.random.key(1), (4, 3, 40)) * 2)
+  sq = sampling.canonical(sampling.Greedy()).probs(logits)
+  assert int(jnp.sum(logits == jnp.max(logits, -1, keepdims=True))) > 12
+  slot_of = jnp.zeros((4, 20), jnp.int32)
+  keys_at = lambda slots: jax.vmap(jax.vmap(
+      lambda s: jax.random.fold_in(jax.random.key(0), s)))(slots)
+  for c in (1, 3, 6):
+    kids = jnp.broadcast_to(jnp.arange(3 * c, dtype=jnp.int32).reshape(
+        1, 3, c), (4, 3, c))
+    args = (kind, logits, sq, kids, slot_of, keys_at, c)
+    drawn = tree_drafting._drawn_children(*args)  # pylint: disable=protected-access
+    fast = jax.jit(lambda a=args: tree_drafting.draw_children(
+        *a, cold=jnp.asarray(True)))()
+    np.testing.assert_array_equal(fast, drawn)
+    if kind == "without_replacement":
+      np.testing.assert_array_equal(
+          np.sort(np.asarray(logits), -1)[..., ::-1][..., :c],
+          np.take_along_axis(np.asarray(logits), np.asarray(fast), -1))
+
+
+@pytest.mark.parametrize("family,proposal", [
+    ("gemma", "without_replacement"), ("gemma", "iid"),
+    ("t5", "without_replacement")])
+def test_greedy_tree_batches_skip_the_draws_with_the_same_tokens(family,
+                                                                 proposal):
+  """An all-greedy batch on a wide irregular tree (6 children at the root,
+  depth 4) takes its children without draws: same tokens, tree drafts and
+  acceptances block by block as the reference's rank-by-rank draws."""
+  from specdec_jax import decoding  # pylint: disable=g-import-not-at-top
+  topology = decoding.Topology((-1,) * 6 + (0, 0, 1, 6, 6, 7, 9))
+  lean, ref = _lean_and_reference(family, temperatures=(0.0,) * 8,
+                                  tree=decoding.Tree(topology,
+                                                     proposal=proposal))
+  assert np.asarray(ref.trace["accepted"]).max() >= 2

@@ -195,7 +195,8 @@ def _catch_up(drafter, q_params, cache: KVCache, pending, token, valid,
   return None, cache, jnp.any(valid).astype(jnp.int32)
 
 
-def draw_children(kind: str, logits, sq, kids, slot_of, keys_at, c_max):
+def draw_children(kind: str, logits, sq, kids, slot_of, keys_at, c_max,
+                  cold=None):
   """Children tokens of P parents, rank by rank.
 
   Args:
@@ -206,10 +207,49 @@ def draw_children(kind: str, logits, sq, kids, slot_of, keys_at, c_max):
     slot_of: [B, N] slot of every node.
     keys_at: slots [B, P] -> [B, P] DRAFT keys of the children.
     c_max: static C.
+    cold: [] bool, every row greedy (``sampling.is_cold``), or None. With
+      ``sampling.LEAN``, a greedy batch takes the tokens the draws give
+      there without drawing (:func:`_greedy_children`).
 
   Returns:
     [B, P, C] int32 drawn tokens.
   """
+  drawn = lambda: _drawn_children(kind, logits, sq, kids, slot_of, keys_at,
+                                  c_max)
+  if cold is None or not sampling.LEAN or kind == "top_k":
+    return drawn()
+  return lax.cond(cold, lambda: _greedy_children(kind, logits, c_max), drawn)
+
+
+def _greedy_children(kind: str, logits, c_max: int) -> jax.Array:
+  """:func:`draw_children` of a greedy batch, without keys or V-wide draws.
+
+  S(q) is one-hot at argmax q there, and a draw from a one-hot row is its
+  argmax (``sampling.sample``). So 'iid' children are all the argmax, and
+  'without_replacement' ones are the argmax, then -- the remaining mass
+  being 0 -- the argmax of the logits without the earlier siblings: the
+  top C logits in descending order, ties to the lower index, which is
+  ``lax.top_k``'s order. (The two part only where fewer than C logits are
+  finite: the rank-by-rank fallback repeats index 0 there; ``top_k`` takes
+  the next unused indices.) On the default T5 pair a 16-node tree with 6
+  children per node ran its block 1.8x slower than one with 2 children
+  with the C x D rank-by-rank draws, each a few small XLA:CPU ops.
+
+  Args:
+    kind: 'iid' or 'without_replacement' (static).
+    logits: [B, P, V]; c_max: static C.
+
+  Returns:
+    [B, P, C] int32 tokens.
+  """
+  if kind == "iid":
+    best = sampling.argmax(logits)  # [B, P]
+    return jnp.broadcast_to(best[..., None], best.shape + (c_max,))
+  return lax.top_k(logits, c_max)[1].astype(jnp.int32)
+
+
+def _drawn_children(kind: str, logits, sq, kids, slot_of, keys_at, c_max):
+  """:func:`draw_children`, drawn rank by rank (any temperature)."""
   b, npar, v = sq.shape
   flat = lambda x: x.reshape((b * npar,) + x.shape[2:])
   iota = jnp.arange(v)
@@ -298,6 +338,8 @@ def draft_tree(drafter, q_params, cache: KVCache, pending: jax.Array,
       [pending[:, None], jnp.full((b, n), pad_id, jnp.int32)], axis=1)
   logits_buf = sq_buf = None
   rows = jnp.arange(b)[:, None]
+  cold = (sampling.is_cold(strategy) if isinstance(strategy, sampling.Greedy)
+          or getattr(strategy, "temperature", None) is not None else None)
   calls = d_max + int(last_call)
   incremental = incremental_drafting(drafter)
   for k in range(calls):
@@ -327,7 +369,7 @@ def draft_tree(drafter, q_params, cache: KVCache, pending: jax.Array,
     keys_at = lambda slots, o=out_pos: tree_lib.node_keys(
         req.seed, req.request_id, o, slots, keys_lib.DRAFT)
     drawn = draw_children(kind, lg, sq, kids, tree["tree.slot"], keys_at,
-                          c_max)  # [B, P, C]
+                          c_max, cold)  # [B, P, C]
     # Node j of depth k + 1 is child rank[j] of gathered parent index
     # parents[j] + 1 - first[k].
     at = (parents + 1 - tree["tree.first"][:, k:k + 1]) * c_max + ranks
