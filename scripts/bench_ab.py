@@ -107,6 +107,16 @@ def _worker(path: str, cases, batches, temperatures, repeats: int,
   return out
 
 
+def round_order(r: int, a: str, b: str) -> tuple:
+  """((side, checkout), ...) of round ``r``: A then B in even rounds, B
+  then A in odd ones. On this machine the second process of a round ran
+  slower (bench_ab on the same device program in both checkouts: B/A
+  0.83-0.99, greedy_tree_children/bench_ab.md); alternating which goes
+  first spreads that over both sides."""
+  order = (("A", a), ("B", b))
+  return order if r % 2 == 0 else order[::-1]
+
+
 def _record_programs(decoding) -> list:
   """Wraps the checkout's ``api.run_program`` to record the (program,
   args) of each call; [] stays empty where the checkout has none."""
@@ -168,7 +178,7 @@ def main() -> None:
     ap.error("--a and --out are required")
   runs = {"A": [], "B": []}
   for r in range(args.rounds):
-    for side, path in (("A", args.a), ("B", args.b)):
+    for side, path in round_order(r, args.a, args.b):
       cmd = [sys.executable, os.path.abspath(__file__), "--worker", path,
              "--repeats", str(args.repeats), "--new_tokens",
              str(args.new_tokens), "--batches", args.batches,
@@ -207,7 +217,8 @@ def main() -> None:
   from specdec_jax.eval import results_file  # pylint: disable=g-import-not-at-top
   meds = [r["ratio_median"] for r in rows]
   lines = [f"A = {args.a_label} ({args.a}), B = {args.b_label} ({args.b}); "
-           f"{args.rounds} rounds A B alternating, {args.repeats} timed "
+           f"{args.rounds} rounds (A first in even rounds, B first in odd "
+           f"ones), {args.repeats} timed "
            f"repeats per cell per process (median), {args.new_tokens} new "
            f"tokens, EOS off; cases: {args.cases}.", "",
            f"Median over cells of B/A: {statistics.median(meds):.3f} "

@@ -50,3 +50,11 @@ def test_program_hash_tells_same_from_changed_device_programs():
   assert mod._program_hash(jax, seen) != first
   # A checkout without api.run_program records nothing (hash None).
   assert mod._record_programs(types.SimpleNamespace()) == []
+
+
+def test_rounds_alternate_which_checkout_runs_first():
+  mod = load_script("bench_ab", "bench_ab_under_test")
+  sides = [[side for side, _ in mod.round_order(r, "a/", "b/")]
+           for r in range(4)]
+  assert sides == [["A", "B"], ["B", "A"], ["A", "B"], ["B", "A"]]
+  assert dict(mod.round_order(1, "a/", "b/")) == {"A": "a/", "B": "b/"}

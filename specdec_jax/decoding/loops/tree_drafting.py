@@ -221,6 +221,15 @@ def draw_children(kind: str, logits, sq, kids, slot_of, keys_at, c_max,
   return lax.cond(cold, lambda: _greedy_children(kind, logits, c_max), drawn)
 
 
+def _cold(strategy):
+  """[] bool every row greedy (``sampling.is_cold``); None for a strategy
+  without a temperature."""
+  if (isinstance(strategy, sampling.Greedy)
+      or getattr(strategy, "temperature", None) is not None):
+    return sampling.is_cold(strategy)
+  return None
+
+
 def _greedy_children(kind: str, logits, c_max: int) -> jax.Array:
   """:func:`draw_children` of a greedy batch, without keys or V-wide draws.
 
@@ -231,9 +240,12 @@ def _greedy_children(kind: str, logits, c_max: int) -> jax.Array:
   top C logits in descending order, ties to the lower index, which is
   ``lax.top_k``'s order. (The two part only where fewer than C logits are
   finite: the rank-by-rank fallback repeats index 0 there; ``top_k`` takes
-  the next unused indices.) On the default T5 pair a 16-node tree with 6
-  children per node ran its block 1.8x slower than one with 2 children
-  with the C x D rank-by-rank draws, each a few small XLA:CPU ops.
+  the next unused indices.) The draws are C rounds of small XLA:CPU ops
+  per level (inverse-CDF searches, masks over V); skipping them made the
+  default T5 pair's greedy 16-node tree with 6 children per node decode
+  1.21x / 1.10x faster at batch 1 / 8, a 2-children one 1.02-1.04x; the
+  cond's cost where rows sample was not resolved from noise (0.88-1.04x;
+  benchmarks/results/greedy_tree_children).
 
   Args:
     kind: 'iid' or 'without_replacement' (static).
@@ -338,8 +350,7 @@ def draft_tree(drafter, q_params, cache: KVCache, pending: jax.Array,
       [pending[:, None], jnp.full((b, n), pad_id, jnp.int32)], axis=1)
   logits_buf = sq_buf = None
   rows = jnp.arange(b)[:, None]
-  cold = (sampling.is_cold(strategy) if isinstance(strategy, sampling.Greedy)
-          or getattr(strategy, "temperature", None) is not None else None)
+  cold = _cold(strategy)
   calls = d_max + int(last_call)
   incremental = incremental_drafting(drafter)
   for k in range(calls):
@@ -369,9 +380,8 @@ def draft_tree(drafter, q_params, cache: KVCache, pending: jax.Array,
     keys_at = lambda slots, o=out_pos: tree_lib.node_keys(
         req.seed, req.request_id, o, slots, keys_lib.DRAFT)
     drawn = draw_children(kind, lg, sq, kids, tree["tree.slot"], keys_at,
-                          c_max, cold)  # [B, P, C]
-    # Node j of depth k + 1 is child rank[j] of gathered parent index
-    # parents[j] + 1 - first[k].
+                          c_max, cold)  # [B, P, C] children tokens
+    # Node j of depth k + 1: child rank[j] of parent parents[j] + 1 - first[k].
     at = (parents + 1 - tree["tree.first"][:, k:k + 1]) * c_max + ranks
     at = jnp.clip(at, 0, bounds[k] * c_max - 1)
     vals = jnp.take_along_axis(drawn.reshape(b, -1), at, axis=1)  # [B, N]
